@@ -1,0 +1,446 @@
+//! One TOML file configures every mode. It is parsed once into typed, validated values; every
+//! mistake is reported with the key it concerns and the fix, all at once. Secrets may come from
+//! `${ENV}` variables and never leave [`Secret`] except into a client library.
+
+mod raw;
+mod report;
+mod secret;
+mod size;
+mod validate;
+
+pub use report::render_report;
+pub use secret::{expand, ExpandError, Secret};
+pub use size::ByteSize;
+
+use crate::format::{FormatSpec, TextOptions};
+use crate::layout::{DumpDir, TimeDirFormat};
+use chrono::{DateTime, Utc};
+use chrono_tz::Tz;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Defaults users can see in the docs and in `strata validate`.
+pub mod defaults {
+    use super::ByteSize;
+    pub const MAX_TASKS: u32 = 18;
+    pub const MAX_TOPICS: usize = 20;
+    pub const BUFFER_MEMORY: ByteSize = ByteSize::mib(256);
+    pub const DUMP_INTERVAL_SECS: u64 = 300;
+    pub const MAX_FILE_SIZE: ByteSize = ByteSize::mib(64);
+    pub const TOPIC_REFRESH_SECS: u64 = 30;
+    pub const TIME_DIRECTORY: &str = "yyyy/MM/dd";
+    pub const KEY_SEPARATOR: &str = ":";
+    pub const STORE_URL: &str = "file://./strata-archive";
+    pub const BOOTSTRAP: &str = "127.0.0.1:9092";
+    pub const PART_SIZE: ByteSize = ByteSize::mib(8);
+    pub const MAX_ATTEMPTS: u32 = 5;
+    pub const TIER_LISTEN: &str = "127.0.0.1:9190";
+    pub const TIER_PREFIX: &str = "tiered";
+    pub const CHUNK_SIZE: ByteSize = ByteSize::mib(4);
+    pub const CACHE_SIZE: ByteSize = ByteSize::mib(512);
+    pub const PREFETCH_CHUNKS: u32 = 2;
+    pub const UPLOAD_CONCURRENCY: u32 = 4;
+}
+
+/// A whole validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub kafka: KafkaConfig,
+    pub store: StoreConfig,
+    pub limits: Limits,
+    pub telemetry: TelemetryConfig,
+    pub tasks: Vec<DumpTask>,
+    pub restore: Option<RestoreConfig>,
+    pub tier: TierConfig,
+}
+
+/// Everything that can go wrong loading a config file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}; check the path given to --config")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Syntax { path: String, message: String },
+    #[error("{path} has {} problem{}:\n{}", issues.len(), if issues.len() == 1 { "" } else { "s" }, render_issues(issues))]
+    Invalid { path: String, issues: Vec<Issue> },
+}
+
+/// One problem with one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issue {
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for Issue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+fn render_issues(issues: &[Issue]) -> String {
+    issues
+        .iter()
+        .map(|i| format!("  - {i}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+impl Config {
+    /// Reads and validates a file; `${VAR}` come from the process environment.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_toml(&text, &path.display().to_string(), |k| {
+            std::env::var(k).ok()
+        })
+    }
+
+    /// Validates TOML text; `origin` names it in errors, `env` resolves `${VAR}`.
+    pub fn from_toml(
+        text: &str,
+        origin: &str,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        let raw = validate::parse(text, origin)?;
+        validate::validate(raw, &env).map_err(|issues| ConfigError::Invalid {
+            path: origin.to_string(),
+            issues,
+        })
+    }
+
+    /// The configuration used when no file is given: local Kafka, `file://` archive.
+    pub fn embedded_default() -> Self {
+        match Self::from_toml("", "<embedded default>", |_| None) {
+            Ok(c) => c,
+            Err(e) => unreachable!("the empty config is valid: {e}"),
+        }
+    }
+}
+
+/// How strata talks to Kafka.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Plaintext => "PLAINTEXT",
+            Self::Ssl => "SSL",
+            Self::SaslPlaintext => "SASL_PLAINTEXT",
+            Self::SaslSsl => "SASL_SSL",
+        }
+    }
+    pub fn uses_sasl(self) -> bool {
+        matches!(self, Self::SaslPlaintext | Self::SaslSsl)
+    }
+    pub fn uses_tls(self) -> bool {
+        matches!(self, Self::Ssl | Self::SaslSsl)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SaslMechanism {
+    Plain,
+    ScramSha256,
+    ScramSha512,
+}
+
+impl SaslMechanism {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Plain => "PLAIN",
+            Self::ScramSha256 => "SCRAM-SHA-256",
+            Self::ScramSha512 => "SCRAM-SHA-512",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sasl {
+    pub mechanism: SaslMechanism,
+    pub username: String,
+    pub password: Secret,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Tls {
+    pub ca_location: Option<PathBuf>,
+    pub certificate_location: Option<PathBuf>,
+    pub key_location: Option<PathBuf>,
+    pub key_password: Option<Secret>,
+}
+
+/// A Kafka cluster and how to reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaConfig {
+    pub bootstrap_servers: Vec<String>,
+    pub security_protocol: SecurityProtocol,
+    pub sasl: Option<Sasl>,
+    pub tls: Tls,
+    pub client_id: String,
+    /// Extra librdkafka properties; values are treated as secret in reports.
+    pub properties: BTreeMap<String, String>,
+}
+
+/// Where archives go: an S3 bucket (with a key prefix) or a local directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreUrl {
+    S3 { bucket: String, prefix: String },
+    File { root: PathBuf },
+}
+
+impl fmt::Display for StoreUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreUrl::S3 { bucket, prefix } if prefix.is_empty() => write!(f, "s3://{bucket}"),
+            StoreUrl::S3 { bucket, prefix } => write!(f, "s3://{bucket}/{prefix}"),
+            StoreUrl::File { root } => write!(f, "file://{}", root.display()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credentials {
+    Static {
+        access_key: Secret,
+        secret_key: Secret,
+    },
+    /// Environment, profile, web identity, instance metadata: the AWS default chain.
+    DefaultChain,
+}
+
+/// S3 connection settings, shared by every bucket strata touches.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Settings {
+    pub region: String,
+    pub endpoint: Option<String>,
+    pub path_style: bool,
+    pub credentials: Credentials,
+    pub create_bucket: bool,
+    pub part_size: ByteSize,
+    pub max_attempts: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreConfig {
+    pub url: StoreUrl,
+    pub s3: S3Settings,
+}
+
+impl StoreConfig {
+    /// The same store with another bucket (a task's `bucket` override).
+    pub fn with_bucket(&self, bucket: &str) -> Self {
+        let mut c = self.clone();
+        if let StoreUrl::S3 { prefix, .. } = &self.url {
+            c.url = StoreUrl::S3 {
+                bucket: bucket.to_string(),
+                prefix: prefix.clone(),
+            };
+        }
+        c
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    pub max_tasks: u32,
+    pub buffer_memory: ByteSize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TelemetryConfig {
+    pub log_format: LogFormat,
+    pub log_level: String,
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+/// A task name: 4-64 ASCII letters, digits, `-` or `_`. It also names the consumer group.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TaskName(String);
+
+impl TaskName {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        let ok_len = (4..=64).contains(&s.len());
+        let ok_chars = s
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if ok_len && ok_chars {
+            Ok(Self(s.to_string()))
+        } else {
+            Err(format!(
+                "{s:?} must be 4-64 characters of letters, digits, '-' or '_'"
+            ))
+        }
+    }
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TaskName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Which topics a task reads.
+#[derive(Debug, Clone)]
+pub enum TopicSelector {
+    List(Vec<String>),
+    /// Matched against whole topic names; internal topics (`__...`) never match.
+    Regex(regex::Regex),
+}
+
+impl TopicSelector {
+    pub fn matches(&self, topic: &str) -> bool {
+        match self {
+            TopicSelector::List(l) => l.iter().any(|t| t == topic),
+            TopicSelector::Regex(r) => !topic.starts_with("__") && r.is_match(topic),
+        }
+    }
+}
+
+impl PartialEq for TopicSelector {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (Self::List(a), Self::List(b)) => a == b,
+            (Self::Regex(a), Self::Regex(b)) => a.as_str() == b.as_str(),
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for TopicSelector {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TopicSelector::List(l) => write!(f, "[{}]", l.join(", ")),
+            TopicSelector::Regex(r) => write!(f, "/{}/", r.as_str()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartOffset {
+    Earliest,
+    Latest,
+}
+
+impl StartOffset {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Earliest => "earliest",
+            Self::Latest => "latest",
+        }
+    }
+}
+
+/// Which clock places a record in a time directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeSource {
+    /// The record's Kafka timestamp: a replay lands in the same directory (exactly once).
+    Record,
+    /// The wall clock when the record is dumped: a replay may land elsewhere (at least once).
+    Dump,
+}
+
+/// One dump task: topics into time-partitioned archive objects.
+#[derive(Debug, Clone)]
+pub struct DumpTask {
+    pub name: TaskName,
+    pub topics: TopicSelector,
+    pub start_offset: StartOffset,
+    pub interval: Duration,
+    pub store: StoreConfig,
+    pub directory: DumpDir,
+    pub time_directory: TimeDirFormat,
+    pub time_zone: Tz,
+    pub time_source: TimeSource,
+    pub format: FormatSpec,
+    pub max_file_size: ByteSize,
+    pub topic_refresh: Duration,
+}
+
+/// Where restored records go when no explicit mapping names a topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicNaming {
+    pub map: BTreeMap<String, String>,
+    pub prefix: String,
+}
+
+impl TopicNaming {
+    pub fn target(&self, source: &str) -> String {
+        self.map
+            .get(source)
+            .cloned()
+            .unwrap_or_else(|| format!("{}{source}", self.prefix))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Partitioning {
+    /// The record's original partition when the target has it, else by key hash.
+    Original,
+    /// Always by key hash (murmur2, as Kafka's Java producer does).
+    KeyHash,
+}
+
+/// A restore job: archives back into Kafka.
+#[derive(Debug, Clone)]
+pub struct RestoreConfig {
+    pub store: StoreConfig,
+    pub directory: DumpDir,
+    pub time_directory: TimeDirFormat,
+    pub time_zone: Tz,
+    /// `None`: every topic found in the archive.
+    pub topics: Option<TopicSelector>,
+    pub from: Option<DateTime<Utc>>,
+    pub to: Option<DateTime<Utc>>,
+    pub naming: TopicNaming,
+    pub partitioning: Partitioning,
+    pub create_topics: bool,
+    pub partitions: Option<i32>,
+    pub replication_factor: i32,
+    pub rate_limit_bytes_per_sec: Option<f64>,
+    pub checkpoint: Option<PathBuf>,
+    pub skip_corrupt: bool,
+    pub exactly_once: bool,
+    pub text: TextOptions,
+    pub kafka: KafkaConfig,
+}
+
+/// The tier service: the broker bridge's storage backend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TierConfig {
+    pub listen: SocketAddr,
+    pub prefix: DumpDir,
+    pub chunk_size: ByteSize,
+    pub compress_chunks: bool,
+    /// `None`: chunks are cached in memory.
+    pub cache_dir: Option<PathBuf>,
+    pub cache_size: ByteSize,
+    pub prefetch_chunks: u32,
+    pub upload_concurrency: u32,
+}
+
+#[cfg(test)]
+mod tests;

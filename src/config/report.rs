@@ -1,0 +1,153 @@
+//! The `strata validate` report: what the configuration means, with every secret redacted.
+
+use super::*;
+use std::fmt::Write;
+
+fn secret(s: &Secret) -> String {
+    format!("<set, {}>", s.origin())
+}
+
+/// A human summary of a validated configuration; safe to print and to paste into tickets.
+pub fn render_report(origin: &str, c: &Config) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "{origin}: valid");
+    let k = &c.kafka;
+    let _ = write!(
+        o,
+        "kafka: {} ({})",
+        k.bootstrap_servers.join(","),
+        k.security_protocol.as_str()
+    );
+    if let Some(s) = &k.sasl {
+        let _ = write!(
+            o,
+            ", SASL {} as {:?}, password {}",
+            s.mechanism.as_str(),
+            s.username,
+            secret(&s.password)
+        );
+    }
+    if let Some(p) = &k.tls.key_password {
+        let _ = write!(o, ", TLS key password {}", secret(p));
+    }
+    if !k.properties.is_empty() {
+        let keys: Vec<&str> = k.properties.keys().map(String::as_str).collect();
+        let _ = write!(
+            o,
+            ", extra properties: {} (values not shown)",
+            keys.join(", ")
+        );
+    }
+    o.push('\n');
+    let _ = write!(o, "store: {}", c.store.url);
+    if let StoreUrl::S3 { .. } = c.store.url {
+        let s = &c.store.s3;
+        let _ = write!(o, " (region {}", s.region);
+        if let Some(e) = &s.endpoint {
+            let _ = write!(o, ", endpoint {e}");
+        }
+        if s.path_style {
+            o.push_str(", path-style");
+        }
+        match &s.credentials {
+            Credentials::Static {
+                access_key,
+                secret_key,
+            } => {
+                let _ = write!(
+                    o,
+                    ", access key {}, secret key {}",
+                    secret(access_key),
+                    secret(secret_key)
+                );
+            }
+            Credentials::DefaultChain => o.push_str(", AWS default credential chain"),
+        }
+        let _ = write!(
+            o,
+            ", parts of {}, {} attempts)",
+            s.part_size, s.max_attempts
+        );
+    }
+    o.push('\n');
+    let _ = writeln!(
+        o,
+        "limits: at most {} tasks, buffer memory {}",
+        c.limits.max_tasks, c.limits.buffer_memory
+    );
+    let _ = writeln!(
+        o,
+        "tasks: {} of at most {}",
+        c.tasks.len(),
+        c.limits.max_tasks
+    );
+    for t in &c.tasks {
+        let f = &t.format;
+        let mut fmt = format!("{}", f.kind.as_str());
+        if f.compression != crate::format::Compression::None {
+            let _ = write!(fmt, "+{}", f.compression.as_str());
+        }
+        if f.kind == crate::format::FormatKind::Text {
+            let _ = write!(fmt, ", delimiter \"{}\"", f.text.delimiter);
+            match &f.text.key_separator {
+                Some(sep) => {
+                    let _ = write!(
+                        fmt,
+                        ", keys with separator {:?}",
+                        String::from_utf8_lossy(sep)
+                    );
+                }
+                None => fmt.push_str(", values only"),
+            }
+        }
+        let _ = writeln!(
+            o,
+            "  - {}: topics {} from {} (consumer group \"{}\"), every {} s or {}, {} -> {}/{}{}/ ({}, {} time)",
+            t.name,
+            t.topics,
+            t.start_offset.as_str(),
+            t.name,
+            t.interval.as_secs(),
+            t.max_file_size,
+            fmt,
+            t.store.url,
+            t.directory.prefix(),
+            t.time_directory,
+            t.time_zone,
+            match t.time_source {
+                TimeSource::Record => "record",
+                TimeSource::Dump => "dump",
+            },
+        );
+    }
+    if let Some(r) = &c.restore {
+        let _ = writeln!(
+            o,
+            "restore: from {}/{}{} ({}) topics {} into {} (partitioning {:?})",
+            r.store.url,
+            r.directory.prefix(),
+            r.time_directory,
+            r.time_zone,
+            r.topics
+                .as_ref()
+                .map_or("<all>".to_string(), |t| t.to_string()),
+            r.kafka.bootstrap_servers.join(","),
+            r.partitioning,
+        );
+    }
+    let t = &c.tier;
+    let _ = writeln!(
+        o,
+        "tier: listen {}, prefix {:?}, chunks of {}{}, cache {} in {}, prefetch {}",
+        t.listen,
+        t.prefix.as_str(),
+        t.chunk_size,
+        if t.compress_chunks { " (zstd)" } else { "" },
+        t.cache_size,
+        t.cache_dir
+            .as_ref()
+            .map_or("memory".to_string(), |d| d.display().to_string()),
+        t.prefetch_chunks,
+    );
+    o
+}

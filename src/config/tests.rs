@@ -1,0 +1,373 @@
+use super::*;
+use crate::format::{Compression, Delimiter, FormatKind};
+
+fn env(name: &str) -> Option<String> {
+    match name {
+        "S3_SECRET_KEY" => Some("TOPSECRETs3key".into()),
+        "S3_ACCESS_KEY" => Some("AKIAEXAMPLEKEY".into()),
+        "KAFKA_PASSWORD" => Some("hunter2-kafka".into()),
+        _ => None,
+    }
+}
+
+fn load(text: &str) -> Result<Config, ConfigError> {
+    Config::from_toml(text, "test.toml", env)
+}
+
+fn issues(text: &str) -> Vec<Issue> {
+    match load(text) {
+        Err(ConfigError::Invalid { issues, .. }) => issues,
+        other => panic!("expected invalid config, got {other:?}"),
+    }
+}
+
+const FULL: &str = r#"
+[kafka]
+bootstrap_servers = ["k1:9092", "k2:9092"]
+security_protocol = "SASL_SSL"
+sasl_mechanism = "SCRAM-SHA-512"
+username = "strata"
+password = "${KAFKA_PASSWORD}"
+[kafka.properties]
+"fetch.max.bytes" = 10485760
+"ssl.endpoint.identification.algorithm" = "none"
+
+[store]
+url = "s3://archive-bucket/prod"
+endpoint = "http://127.0.0.1:4566"
+access_key = "${S3_ACCESS_KEY}"
+secret_key = "${S3_SECRET_KEY}"
+
+[[tasks]]
+name = "cdc-orders"
+topics = ["cdc.orders", "cdc.payments"]
+directory = "cdc"
+time_directory = "dt=yyyy-MM-dd/hr=HH"
+time_zone = "Europe/Berlin"
+format = "jsonl"
+compression = "zstd"
+dump_interval_secs = 60
+
+[[tasks]]
+name = "all_logs"
+topic_regex = "logs\\..*"
+record_delimiter = "|"
+store_key = true
+key_separator = "="
+bucket = "other-bucket"
+"#;
+
+#[test]
+fn full_example_parses_into_types() {
+    let c = load(FULL).unwrap();
+    assert_eq!(c.kafka.bootstrap_servers, vec!["k1:9092", "k2:9092"]);
+    let sasl = c.kafka.sasl.as_ref().unwrap();
+    assert_eq!(sasl.mechanism, SaslMechanism::ScramSha512);
+    assert_eq!(sasl.password.expose(), "hunter2-kafka");
+    assert_eq!(c.kafka.properties["fetch.max.bytes"], "10485760");
+    assert_eq!(
+        c.store.url,
+        StoreUrl::S3 {
+            bucket: "archive-bucket".into(),
+            prefix: "prod".into()
+        }
+    );
+    assert!(
+        c.store.s3.path_style,
+        "an explicit endpoint implies path-style by default"
+    );
+    assert_eq!(c.tasks.len(), 2);
+    let t = &c.tasks[0];
+    assert_eq!(t.interval, Duration::from_secs(60));
+    assert_eq!(t.format.kind, FormatKind::Jsonl);
+    assert_eq!(t.format.compression, Compression::Zstd);
+    assert_eq!(t.time_zone, chrono_tz::Europe::Berlin);
+    assert!(t.topics.matches("cdc.orders") && !t.topics.matches("cdc.other"));
+    let t = &c.tasks[1];
+    assert!(t.topics.matches("logs.app") && !t.topics.matches("xlogs.app"));
+    assert_eq!(t.format.text.delimiter, Delimiter::Pipe);
+    assert_eq!(
+        t.format.text.key_separator.as_deref(),
+        Some(b"=".as_slice())
+    );
+    assert_eq!(
+        t.interval,
+        Duration::from_secs(defaults::DUMP_INTERVAL_SECS)
+    );
+    assert_eq!(
+        t.store.url,
+        StoreUrl::S3 {
+            bucket: "other-bucket".into(),
+            prefix: "prod".into()
+        }
+    );
+}
+
+#[test]
+fn empty_file_is_the_embedded_default() {
+    let c = Config::embedded_default();
+    assert_eq!(c.kafka.bootstrap_servers, vec![defaults::BOOTSTRAP]);
+    assert_eq!(
+        c.store.url,
+        StoreUrl::File {
+            root: "./strata-archive".into()
+        }
+    );
+    assert_eq!(c.limits.max_tasks, 18);
+    assert_eq!(c.limits.buffer_memory, ByteSize::mib(256));
+    assert!(c.tasks.is_empty());
+}
+
+#[test]
+fn ten_mistakes_are_all_reported_with_key_and_fix() {
+    let text = r##"
+colour = "blue"
+[kafka]
+security_protocol = "SASL_SSL"
+bootstrap_servers = "localhost"
+[store]
+url = "s3://Bad_Bucket"
+secret_key = "${S3_SECRET_KEY}"
+[[tasks]]
+name = "ab"
+topics = ["t1"]
+topic_regex = "x"
+time_directory = "yyyy/dd"
+record_delimiter = "#"
+dump_interval_secs = 0
+formt = "jsonl"
+[[tasks]]
+name = "second-task"
+topic_regex = "orders(["
+time_zone = "Mars/Olympus"
+format = "parquet"
+compression = "gzip"
+"##;
+    let found = issues(text);
+    let want: &[(&str, &str)] = &[
+        ("colour", "unknown key"),
+        (
+            "kafka.bootstrap_servers",
+            "\"localhost\" is not \"host:port\"",
+        ),
+        (
+            "kafka.sasl_mechanism",
+            "is required with security_protocol = \"SASL_SSL\"",
+        ),
+        ("kafka.username", "is required"),
+        ("kafka.password", "${KAFKA_PASSWORD}"),
+        (
+            "store.url",
+            "bucket name \"Bad_Bucket\" must be 3-63 characters",
+        ),
+        (
+            "store.access_key",
+            "is missing while store.secret_key is set",
+        ),
+        ("tasks[0].formt", "did you mean \"format\"?"),
+        (
+            "tasks[0].name",
+            "\"ab\" must be 4-64 characters of letters, digits, '-' or '_'",
+        ),
+        ("tasks[0].topics", "and topic_regex are both set"),
+        (
+            "tasks[0].dump_interval_secs",
+            "0 is outside 1..=86400 seconds",
+        ),
+        ("tasks[0].time_directory", "uses \"dd\" without \"MM\""),
+        ("tasks[0].record_delimiter", "\"#\" is not one of"),
+        ("tasks[1].topic_regex", "is not a valid regular expression"),
+        (
+            "tasks[1].time_zone",
+            "\"Mars/Olympus\" is not an IANA time zone",
+        ),
+        (
+            "tasks[1].compression",
+            "compression \"gzip\" does not apply to format \"parquet\"",
+        ),
+    ];
+    for (key, fragment) in want {
+        assert!(
+            found
+                .iter()
+                .any(|i| i.key == *key && i.message.contains(fragment)),
+            "missing {key}: ...{fragment}... in {found:#?}"
+        );
+    }
+    assert_eq!(
+        found.len(),
+        want.len(),
+        "unexpected extra issues: {found:#?}"
+    );
+    let rendered = load(text).unwrap_err().to_string();
+    assert!(
+        rendered.starts_with(&format!("test.toml has {} problems:", want.len())),
+        "{rendered}"
+    );
+    assert!(
+        !rendered.contains("TOPSECRETs3key"),
+        "secret leaked: {rendered}"
+    );
+}
+
+#[test]
+fn syntax_and_type_errors_give_the_line_without_values() {
+    let err = load("[kafka]\nbootstrap_servers = [\"a:1\"\n").unwrap_err();
+    assert!(matches!(err, ConfigError::Syntax { .. }));
+    assert!(err.to_string().contains("line 2"), "{err}");
+
+    let err = load("[store]\nsecret_key = 123456789\n")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("line 2") && err.contains("invalid type: integer"),
+        "{err}"
+    );
+    assert!(!err.contains("123456789"), "value echoed: {err}");
+}
+
+#[test]
+fn at_most_twenty_topics_and_eighteen_tasks() {
+    let topics: Vec<String> = (0..21).map(|i| format!("\"t{i}\"")).collect();
+    let text = format!(
+        "[[tasks]]\nname = \"many\"\ntopics = [{}]\n",
+        topics.join(",")
+    );
+    let found = issues(&text);
+    assert!(
+        found.iter().any(
+            |i| i.key == "tasks[0].topics" && i.message.contains("lists 21 topics, at most 20")
+        ),
+        "{found:#?}"
+    );
+
+    let mut text = String::new();
+    for i in 0..19 {
+        text.push_str(&format!(
+            "[[tasks]]\nname = \"task{i:02}\"\ntopics = [\"t{i}\"]\n"
+        ));
+    }
+    let found = issues(&text);
+    assert!(
+        found
+            .iter()
+            .any(|i| i.key == "tasks" && i.message.contains("19 tasks, but at most 18")),
+        "{found:#?}"
+    );
+    let raised = format!("[limits]\nmax_tasks = 19\n{text}");
+    assert_eq!(load(&raised).unwrap().tasks.len(), 19);
+}
+
+#[test]
+fn overlapping_tasks_and_duplicate_names_are_refused() {
+    let text = r#"
+[[tasks]]
+name = "first"
+topics = ["a", "b"]
+[[tasks]]
+name = "first"
+topics = ["b"]
+directory = "elsewhere"
+[[tasks]]
+name = "third"
+topics = ["a"]
+"#;
+    let found = issues(text);
+    assert!(
+        found
+            .iter()
+            .any(|i| i.message.contains("two tasks are named \"first\"")),
+        "{found:#?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|i| i.message.contains("\"first\" and \"third\" both dump a")),
+        "{found:#?}"
+    );
+    assert_eq!(found.len(), 2, "{found:#?}");
+}
+
+#[test]
+fn owned_kafka_properties_are_refused() {
+    let found = issues("[kafka.properties]\n\"enable.auto.commit\" = true\n\"group.id\" = \"x\"\n");
+    assert_eq!(found.len(), 2, "{found:#?}");
+    assert!(found[0].message.contains("managed by strata"));
+}
+
+#[test]
+fn report_never_shows_secrets() {
+    let c = load(FULL).unwrap();
+    let report = render_report("test.toml", &c);
+    for secret in ["hunter2-kafka", "TOPSECRETs3key", "AKIAEXAMPLEKEY"] {
+        assert!(!report.contains(secret), "{secret} leaked:\n{report}");
+    }
+    assert!(
+        report.contains("secret key <set, from ${S3_SECRET_KEY}>"),
+        "{report}"
+    );
+    assert!(
+        report.contains("cdc-orders: topics [cdc.orders, cdc.payments]"),
+        "{report}"
+    );
+    let debug = format!("{c:?}");
+    for secret in ["hunter2-kafka", "TOPSECRETs3key", "AKIAEXAMPLEKEY"] {
+        assert!(!debug.contains(secret), "{secret} leaked in Debug");
+    }
+}
+
+#[test]
+fn restore_and_tier_sections_validate() {
+    let c = load(
+        r#"
+[restore]
+directory = "cdc"
+topics = ["cdc.orders"]
+from = "2026-11-29T00:00:00Z"
+to = "2026-11-30T00:00:00Z"
+target_prefix = "restored."
+partitioning = "key-hash"
+[restore.kafka]
+bootstrap_servers = "other:9092"
+[tier]
+chunk_size = "1MiB"
+compression = "zstd"
+"#,
+    )
+    .unwrap();
+    let r = c.restore.unwrap();
+    assert_eq!(r.naming.target("cdc.orders"), "restored.cdc.orders");
+    assert_eq!(r.partitioning, Partitioning::KeyHash);
+    assert_eq!(r.kafka.bootstrap_servers, vec!["other:9092"]);
+    assert_eq!(c.kafka.bootstrap_servers, vec![defaults::BOOTSTRAP]);
+    assert_eq!(c.tier.chunk_size, ByteSize::mib(1));
+    assert!(c.tier.compress_chunks);
+
+    let found = issues("[restore]\nfrom = \"yesterday\"\n[tier]\nlisten = \"0.0.0.0:9190\"\n");
+    assert!(found.iter().any(|i| i.key == "restore.from"), "{found:#?}");
+    assert!(
+        found
+            .iter()
+            .any(|i| i.key == "tier.listen" && i.message.contains("loopback")),
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn known_key_lists_match_the_raw_structs() {
+    use super::validate::*;
+    let tables: &[(&str, &[&str])] = &[
+        ("kafka", KAFKA_KEYS),
+        ("store", STORE_KEYS),
+        ("limits", LIMITS_KEYS),
+        ("telemetry", TELEMETRY_KEYS),
+        ("tier", TIER_KEYS),
+    ];
+    for (table, keys) in tables {
+        let body: String = keys.iter().map(|k| format!("{k} = 1\n")).collect();
+        // Values have the wrong types on purpose: a type error proves serde knows the key,
+        // while an "unknown key" issue would prove the list wrong.
+        let err = load(&format!("[{table}]\n{body}")).unwrap_err().to_string();
+        assert!(!err.contains("unknown key"), "{table}: {err}");
+    }
+}

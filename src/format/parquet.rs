@@ -1,0 +1,307 @@
+//! The Parquet format. Columns: topic, partition, offset, timestamp (ms, UTC), timestamp_type,
+//! key, value (binary, nullable) and headers as `list<struct<key: string, value: binary>>`
+//! (a list, not a map: Kafka header keys may repeat). Readable by DuckDB, Spark and pyarrow.
+//!
+//! Rows gather in column builders and are handed to the writer in small batches; the writer
+//! keeps one row group open and closes it at [`ROW_GROUP_BYTES`], so memory stays bounded.
+
+use super::{Compression, DecodeError, EncodeError, Header, Record, RecordView, TimestampType};
+use arrow_array::builder::{BinaryBuilder, StringBuilder};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
+use arrow_array::{
+    Array, ArrayRef, Int32Array, Int64Array, ListArray, RecordBatch, StringArray, StructArray,
+    TimestampMillisecondArray,
+};
+use arrow_buffer::OffsetBuffer;
+use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
+use bytes::Bytes;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression as Codec, ZstdLevel};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+use std::sync::{Arc, OnceLock};
+
+/// Rows are handed to the writer once this many raw bytes are pending.
+const BATCH_BYTES: usize = 4 << 20;
+const BATCH_ROWS: usize = 16 * 1024;
+/// The writer closes a row group at this estimated size; keeps memory per file bounded.
+const ROW_GROUP_BYTES: usize = 32 << 20;
+
+fn header_fields() -> Fields {
+    Fields::from(vec![
+        Field::new("key", DataType::Utf8, false),
+        Field::new("value", DataType::Binary, true),
+    ])
+}
+
+fn header_item() -> Arc<Field> {
+    Arc::new(Field::new(
+        "element",
+        DataType::Struct(header_fields()),
+        false,
+    ))
+}
+
+/// The one schema every strata Parquet archive has.
+pub fn schema() -> SchemaRef {
+    static SCHEMA: OnceLock<SchemaRef> = OnceLock::new();
+    SCHEMA
+        .get_or_init(|| {
+            Arc::new(Schema::new(vec![
+                Field::new("topic", DataType::Utf8, false),
+                Field::new("partition", DataType::Int32, false),
+                Field::new("offset", DataType::Int64, false),
+                Field::new(
+                    "timestamp",
+                    DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())),
+                    true,
+                ),
+                Field::new("timestamp_type", DataType::Utf8, false),
+                Field::new("key", DataType::Binary, true),
+                Field::new("value", DataType::Binary, true),
+                Field::new("headers", DataType::List(header_item()), false),
+            ]))
+        })
+        .clone()
+}
+
+fn properties(c: Compression) -> Result<WriterProperties, EncodeError> {
+    let codec = match c {
+        Compression::Zstd => Codec::ZSTD(ZstdLevel::try_new(3)?),
+        Compression::Snappy => Codec::SNAPPY,
+        _ => Codec::UNCOMPRESSED,
+    };
+    // Dictionaries and page statistics pay off only on the small repetitive columns; on key
+    // and value bytes they cost CPU and buy nothing.
+    let mut b = WriterProperties::builder()
+        .set_compression(codec)
+        .set_dictionary_enabled(false)
+        .set_statistics_enabled(EnabledStatistics::None)
+        .set_max_row_group_row_count(Some(1 << 20))
+        .set_max_row_group_bytes(Some(ROW_GROUP_BYTES));
+    for col in ["topic", "timestamp_type", "headers.list.element.key"] {
+        b = b.set_column_dictionary_enabled(ColumnPath::from(col), true);
+    }
+    for col in ["partition", "offset", "timestamp"] {
+        b = b.set_column_statistics_enabled(ColumnPath::from(col), EnabledStatistics::Chunk);
+    }
+    Ok(b.build())
+}
+
+pub(super) struct ParquetEncoder {
+    topic: String,
+    partitions: Vec<i32>,
+    offsets: Vec<i64>,
+    timestamps: Vec<Option<i64>>,
+    timestamp_types: Vec<TimestampType>,
+    keys: BinaryBuilder,
+    values: BinaryBuilder,
+    header_offsets: Vec<i32>,
+    header_keys: StringBuilder,
+    header_values: BinaryBuilder,
+    pending_bytes: usize,
+    writer: ArrowWriter<Vec<u8>>,
+}
+
+impl ParquetEncoder {
+    pub(super) fn new(topic: &str, c: Compression) -> Result<Self, EncodeError> {
+        Ok(Self {
+            topic: topic.to_string(),
+            partitions: Vec::new(),
+            offsets: Vec::new(),
+            timestamps: Vec::new(),
+            timestamp_types: Vec::new(),
+            keys: BinaryBuilder::new(),
+            values: BinaryBuilder::new(),
+            header_offsets: vec![0],
+            header_keys: StringBuilder::new(),
+            header_values: BinaryBuilder::new(),
+            pending_bytes: 0,
+            writer: ArrowWriter::try_new(Vec::new(), schema(), Some(properties(c)?))?,
+        })
+    }
+
+    pub(super) fn append(&mut self, r: &RecordView<'_>) -> Result<(), EncodeError> {
+        self.partitions.push(r.partition);
+        self.offsets.push(r.offset);
+        self.timestamps.push(r.timestamp);
+        self.timestamp_types.push(r.timestamp_type);
+        self.keys.append_option(r.key);
+        self.values.append_option(r.value);
+        let mut size = 40 + r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len);
+        for h in r.headers {
+            self.header_keys.append_value(h.key);
+            self.header_values.append_option(h.value);
+            size += 12 + h.key.len() + h.value.map_or(0, <[u8]>::len);
+        }
+        self.header_offsets
+            .push(self.header_offsets.last().copied().unwrap_or(0) + r.headers.len() as i32);
+        self.pending_bytes += size;
+        if self.pending_bytes >= BATCH_BYTES || self.offsets.len() >= BATCH_ROWS {
+            self.write_batch()?;
+        }
+        Ok(())
+    }
+
+    fn write_batch(&mut self) -> Result<(), EncodeError> {
+        let n = self.offsets.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let mut topics = StringBuilder::with_capacity(n, n * self.topic.len());
+        for _ in 0..n {
+            topics.append_value(&self.topic);
+        }
+        let header_offsets = std::mem::replace(&mut self.header_offsets, vec![0]);
+        let headers_struct = StructArray::try_new(
+            header_fields(),
+            vec![
+                Arc::new(self.header_keys.finish()) as ArrayRef,
+                Arc::new(self.header_values.finish()),
+            ],
+            None,
+        )?;
+        let headers = ListArray::try_new(
+            header_item(),
+            OffsetBuffer::new(header_offsets.into()),
+            Arc::new(headers_struct),
+            None,
+        )?;
+        let ts_types: StringArray = self
+            .timestamp_types
+            .drain(..)
+            .map(|t| Some(t.as_str()))
+            .collect();
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(topics.finish()),
+            Arc::new(Int32Array::from(std::mem::take(&mut self.partitions))),
+            Arc::new(Int64Array::from(std::mem::take(&mut self.offsets))),
+            Arc::new(
+                TimestampMillisecondArray::from(std::mem::take(&mut self.timestamps))
+                    .with_timezone("UTC"),
+            ),
+            Arc::new(ts_types),
+            Arc::new(self.keys.finish()),
+            Arc::new(self.values.finish()),
+            Arc::new(headers),
+        ];
+        let batch = RecordBatch::try_new(schema(), columns)?;
+        self.writer.write(&batch)?;
+        self.pending_bytes = 0;
+        Ok(())
+    }
+
+    pub(super) fn memory_bytes(&self) -> usize {
+        self.pending_bytes + self.writer.in_progress_size() + self.writer.inner().capacity()
+    }
+
+    pub(super) fn finish(mut self) -> Result<Vec<u8>, EncodeError> {
+        self.write_batch()?;
+        Ok(self.writer.into_inner()?)
+    }
+}
+
+fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, DecodeError> {
+    batch.column_by_name(name).ok_or_else(|| {
+        DecodeError::new(
+            None,
+            format!("parquet file has no column \"{name}\"; it was not written by strata dump"),
+        )
+    })
+}
+
+fn wrong_type(name: &str, a: &dyn Array) -> DecodeError {
+    DecodeError::new(
+        None,
+        format!(
+            "parquet column \"{name}\" has type {}, not the one strata writes",
+            a.data_type()
+        ),
+    )
+}
+
+fn bytes_at(a: &dyn Array, name: &str, i: usize) -> Result<Option<Vec<u8>>, DecodeError> {
+    let b = a
+        .as_binary_opt::<i32>()
+        .ok_or_else(|| wrong_type(name, a))?;
+    Ok(b.is_valid(i).then(|| b.value(i).to_vec()))
+}
+
+pub(super) fn decode(data: Bytes) -> Result<Vec<Record>, DecodeError> {
+    let perr = |e: parquet::errors::ParquetError| {
+        DecodeError::new(None, format!("not a readable parquet file: {e}"))
+    };
+    let reader = ParquetRecordBatchReaderBuilder::try_new(data)
+        .map_err(perr)?
+        .with_batch_size(8192)
+        .build()
+        .map_err(perr)?;
+    let mut records = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| DecodeError::new(None, format!("parquet row batch: {e}")))?;
+        let topic = column(&batch, "topic")?;
+        let topic = topic
+            .as_string_opt::<i32>()
+            .ok_or_else(|| wrong_type("topic", topic))?;
+        let part = column(&batch, "partition")?;
+        let part = part
+            .as_primitive_opt::<Int32Type>()
+            .ok_or_else(|| wrong_type("partition", part))?;
+        let off = column(&batch, "offset")?;
+        let off = off
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| wrong_type("offset", off))?;
+        let ts = column(&batch, "timestamp")?;
+        let ts = ts
+            .as_primitive_opt::<TimestampMillisecondType>()
+            .ok_or_else(|| wrong_type("timestamp", ts))?;
+        let tst = column(&batch, "timestamp_type")?;
+        let tst = tst
+            .as_string_opt::<i32>()
+            .ok_or_else(|| wrong_type("timestamp_type", tst))?;
+        let keys = column(&batch, "key")?;
+        let values = column(&batch, "value")?;
+        let headers = column(&batch, "headers")?;
+        let headers = headers
+            .as_list_opt::<i32>()
+            .ok_or_else(|| wrong_type("headers", headers))?;
+        let hstruct = headers
+            .values()
+            .as_struct_opt()
+            .ok_or_else(|| wrong_type("headers", headers.values()))?;
+        let hkeys = hstruct
+            .column(0)
+            .as_string_opt::<i32>()
+            .ok_or_else(|| wrong_type("headers.key", hstruct))?;
+        let hvalues = hstruct.column(1);
+        let hoffsets = headers.value_offsets();
+        for i in 0..batch.num_rows() {
+            let timestamp_type = TimestampType::parse(tst.value(i)).ok_or_else(|| {
+                DecodeError::new(
+                    None,
+                    format!("row {i}: unknown timestamp_type {:?}", tst.value(i)),
+                )
+            })?;
+            let mut hs = Vec::new();
+            for j in hoffsets[i] as usize..hoffsets[i + 1] as usize {
+                hs.push(Header {
+                    key: hkeys.value(j).to_string(),
+                    value: bytes_at(hvalues.as_ref(), "headers.value", j)?,
+                });
+            }
+            records.push(Record {
+                topic: topic.value(i).to_string(),
+                partition: Some(part.value(i)),
+                offset: Some(off.value(i)),
+                timestamp: ts.is_valid(i).then(|| ts.value(i)),
+                timestamp_type,
+                key: bytes_at(keys.as_ref(), "key", i)?,
+                value: bytes_at(values.as_ref(), "value", i)?,
+                headers: hs,
+            });
+        }
+    }
+    Ok(records)
+}

@@ -1,0 +1,8 @@
+//! strata moves Apache Kafka data into object storage and back.
+//!
+//! Three modes share these rooms: `dump` (topics into time-partitioned archives), `restore`
+//! (archives back into topics) and `tier` (the storage companion of brokers' tiered storage).
+
+pub mod config;
+pub mod format;
+pub mod layout;
