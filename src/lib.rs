@@ -4,5 +4,9 @@
 //! (archives back into topics) and `tier` (the storage companion of brokers' tiered storage).
 
 pub mod config;
+pub mod dump;
 pub mod format;
+pub mod kafka;
 pub mod layout;
+pub mod store;
+pub mod telemetry;

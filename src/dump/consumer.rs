@@ -1,0 +1,126 @@
+//! The dump consumer: one consumer group per task, cooperative rebalancing, no auto-commit.
+//! Rebalance callbacks only record what changed; the worker applies it before it touches the
+//! next message, so buffers of revoked partitions are dropped before anything else happens.
+
+use crate::config::{DumpTask, KafkaConfig, StartOffset};
+use crate::kafka::{client_config, servers, KafkaError};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
+use rdkafka::statistics::Statistics;
+use rdkafka::TopicPartitionList;
+use std::sync::Mutex;
+
+/// A change of the partitions this worker owns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum AssignmentChange {
+    Assigned(Vec<(String, i32)>),
+    Revoked(Vec<(String, i32)>),
+}
+
+pub(super) struct DumpContext {
+    task: String,
+    changes: Mutex<Vec<AssignmentChange>>,
+}
+
+impl DumpContext {
+    /// Changes recorded since the last call, oldest first.
+    pub(super) fn take_changes(&self) -> Vec<AssignmentChange> {
+        self.changes
+            .lock()
+            .map(|mut c| std::mem::take(&mut *c))
+            .unwrap_or_default()
+    }
+}
+
+fn list(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
+    tpl.elements()
+        .iter()
+        .map(|e| (e.topic().to_string(), e.partition()))
+        .collect()
+}
+
+impl ClientContext for DumpContext {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        // End of partition is how `--once` learns it is done, not a failure.
+        if matches!(
+            error.rdkafka_error_code(),
+            Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF)
+        ) {
+            return;
+        }
+        tracing::error!(task = %self.task, error = %error, reason, "kafka client error; librdkafka retries");
+    }
+
+    fn stats(&self, s: Statistics) {
+        for (topic, t) in &s.topics {
+            for (p, part) in &t.partitions {
+                if *p >= 0 && part.consumer_lag >= 0 {
+                    metrics::gauge!("strata_consumer_lag", "task" => self.task.clone(), "topic" => topic.clone(), "partition" => p.to_string())
+                        .set(part.consumer_lag as f64);
+                }
+            }
+        }
+    }
+}
+
+impl ConsumerContext for DumpContext {
+    fn pre_rebalance(&self, _c: &BaseConsumer<Self>, r: &Rebalance<'_>) {
+        let change = match r {
+            Rebalance::Assign(tpl) => AssignmentChange::Assigned(list(tpl)),
+            Rebalance::Revoke(tpl) => AssignmentChange::Revoked(list(tpl)),
+            Rebalance::Error(e) => {
+                tracing::warn!(task = %self.task, error = %e, "consumer group rebalance failed; librdkafka retries");
+                return;
+            }
+        };
+        tracing::info!(task = %self.task, ?change, "partition assignment changed");
+        if let Ok(mut c) = self.changes.lock() {
+            c.push(change);
+        }
+    }
+}
+
+/// How much of the buffer budget librdkafka's prefetch queue may use.
+pub(super) const QUEUE_SHARE: usize = 8;
+
+/// Creates the task's consumer. `queue_bytes` bounds librdkafka's prefetch queue.
+pub(super) fn create(
+    k: &KafkaConfig,
+    task: &DumpTask,
+    queue_bytes: usize,
+    once: bool,
+) -> Result<BaseConsumer<DumpContext>, KafkaError> {
+    let mut c = client_config(k);
+    let queue_kib = (queue_bytes / 1024).max(1024);
+    let fetch_max = (queue_bytes / 2).clamp(1 << 20, 50 << 20);
+    c.set("group.id", task.name.as_str())
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set(
+            "auto.offset.reset",
+            match task.start_offset {
+                StartOffset::Earliest => "earliest",
+                StartOffset::Latest => "latest",
+            },
+        )
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("isolation.level", "read_committed")
+        .set("queued.max.messages.kbytes", queue_kib.to_string())
+        .set("fetch.max.bytes", fetch_max.to_string())
+        // Uploads happen between polls; leave room for a slow store before the group
+        // decides this member is dead.
+        .set("max.poll.interval.ms", "600000")
+        .set("statistics.interval.ms", "10000")
+        .set("enable.partition.eof", if once { "true" } else { "false" });
+    for (key, value) in &k.properties {
+        c.set(key, value);
+    }
+    c.create_with_context(DumpContext {
+        task: task.name.to_string(),
+        changes: Mutex::new(Vec::new()),
+    })
+    .map_err(|source| KafkaError::Client {
+        servers: servers(k),
+        source,
+    })
+}

@@ -1,0 +1,128 @@
+//! Topic administration and offsets: create topics, list them, read partition counts and
+//! watermarks. Used by dump (regex subscriptions, `--once`), restore (target topics) and tests.
+
+use super::{client_config, servers, KafkaError, ADMIN_TIMEOUT};
+use crate::config::KafkaConfig;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::types::RDKafkaErrorCode;
+
+/// Admin and metadata calls against one cluster.
+pub struct Admin {
+    admin: AdminClient<DefaultClientContext>,
+    meta: BaseConsumer,
+    servers: String,
+}
+
+impl Admin {
+    pub fn new(k: &KafkaConfig) -> Result<Self, KafkaError> {
+        let cfg = client_config(k);
+        let err = |source| KafkaError::Client {
+            servers: servers(k),
+            source,
+        };
+        Ok(Self {
+            admin: cfg.create().map_err(err)?,
+            meta: cfg.create().map_err(err)?,
+            servers: servers(k),
+        })
+    }
+
+    fn unreachable(&self, e: impl std::fmt::Display) -> KafkaError {
+        KafkaError::Unreachable {
+            servers: self.servers.clone(),
+            detail: e.to_string(),
+        }
+    }
+
+    /// Creates a topic; an existing topic is fine (its settings are left alone).
+    pub async fn create_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        replication: i32,
+        configs: &[(&str, &str)],
+    ) -> Result<(), KafkaError> {
+        let mut t = NewTopic::new(name, partitions, TopicReplication::Fixed(replication));
+        for (k, v) in configs {
+            t = t.set(k, v);
+        }
+        let opts = AdminOptions::new()
+            .operation_timeout(Some(ADMIN_TIMEOUT))
+            .request_timeout(Some(ADMIN_TIMEOUT));
+        let results = self
+            .admin
+            .create_topics([&t], &opts)
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        for r in results {
+            match r {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((topic, code)) => {
+                    return Err(KafkaError::Topic { topic, detail: format!("cannot create it: {code}; check the partition count, replication factor and ACLs") })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes topics; missing topics are fine.
+    pub async fn delete_topics(&self, names: &[&str]) -> Result<(), KafkaError> {
+        let opts = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
+        let results = self
+            .admin
+            .delete_topics(names, &opts)
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        for r in results {
+            match r {
+                Ok(_) | Err((_, RDKafkaErrorCode::UnknownTopicOrPartition)) => {}
+                Err((topic, code)) => {
+                    return Err(KafkaError::Topic {
+                        topic,
+                        detail: format!("cannot delete it: {code}"),
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// All topic names the cluster reports (internal ones included; callers filter).
+    pub fn list_topics(&self) -> Result<Vec<String>, KafkaError> {
+        let md = self
+            .meta
+            .fetch_metadata(None, ADMIN_TIMEOUT)
+            .map_err(|e| self.unreachable(e))?;
+        Ok(md
+            .topics()
+            .iter()
+            .filter(|t| t.error().is_none())
+            .map(|t| t.name().to_string())
+            .collect())
+    }
+
+    /// Number of partitions, or `None` when the topic does not exist.
+    pub fn partition_count(&self, topic: &str) -> Result<Option<i32>, KafkaError> {
+        let md = self
+            .meta
+            .fetch_metadata(Some(topic), ADMIN_TIMEOUT)
+            .map_err(|e| self.unreachable(e))?;
+        Ok(md
+            .topics()
+            .iter()
+            .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+            .map(|t| t.partitions().len() as i32))
+    }
+
+    /// `(low, high)` watermarks of one partition.
+    pub fn watermarks(&self, topic: &str, partition: i32) -> Result<(i64, i64), KafkaError> {
+        self.meta
+            .fetch_watermarks(topic, partition, ADMIN_TIMEOUT)
+            .map_err(|e| KafkaError::Topic {
+                topic: topic.to_string(),
+                detail: format!("watermarks of partition {partition}: {e}"),
+            })
+    }
+}

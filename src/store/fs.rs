@@ -1,0 +1,319 @@
+//! `file://` backend: a directory tree. Writes go to a hidden temp file that is fsynced and
+//! renamed into place (then the directory is fsynced), so readers never see partial objects
+//! and a completed `put` survives a crash.
+
+use super::{check_key, ErrorKind, MultipartUpload, ObjectMeta, ObjectStore, StoreError};
+use async_trait::async_trait;
+use bytes::Bytes;
+use std::io::{self, SeekFrom, Write};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use tokio::io::{AsyncReadExt, AsyncSeekExt};
+
+/// Temp files carry this prefix; listings skip them.
+const TMP_PREFIX: &str = ".strata-tmp-";
+
+#[derive(Debug, Clone)]
+pub struct FsStore {
+    root: PathBuf,
+}
+
+impl FsStore {
+    pub fn new(root: PathBuf) -> Self {
+        Self { root }
+    }
+
+    fn path(&self, key: &str) -> Result<PathBuf, StoreError> {
+        check_key(|| self.location(key), key)?;
+        Ok(self.root.join(key))
+    }
+
+    fn io_err(&self, key: &str, e: io::Error) -> StoreError {
+        let kind = match e.kind() {
+            io::ErrorKind::NotFound => ErrorKind::NotFound,
+            io::ErrorKind::PermissionDenied => ErrorKind::Unauthorized,
+            _ => ErrorKind::Io,
+        };
+        let hint = match kind {
+            ErrorKind::NotFound => "no such object".to_string(),
+            ErrorKind::Unauthorized => format!(
+                "permission denied: {e}; check the rights on {}",
+                self.root.display()
+            ),
+            _ => format!("{e}"),
+        };
+        StoreError::new(kind, self.location(key), hint)
+    }
+}
+
+fn temp_path(dest: &Path) -> PathBuf {
+    let name = dest
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("object");
+    dest.with_file_name(format!(
+        "{TMP_PREFIX}{}-{name}",
+        uuid::Uuid::new_v4().simple()
+    ))
+}
+
+/// Creates `dest`'s directory, then returns an open temp file beside it.
+fn create_temp(dest: &Path) -> io::Result<(PathBuf, std::fs::File)> {
+    if let Some(dir) = dest.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let tmp = temp_path(dest);
+    let f = std::fs::File::create(&tmp)?;
+    Ok((tmp, f))
+}
+
+/// fsync the file, rename it over `dest`, fsync the directory: durable and atomic.
+fn commit_temp(tmp: &Path, f: std::fs::File, dest: &Path) -> io::Result<()> {
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(tmp, dest)?;
+    if let Some(dir) = dest.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(())
+}
+
+fn write_atomic(dest: &Path, data: &[u8]) -> io::Result<()> {
+    let (tmp, mut f) = create_temp(dest)?;
+    let r = f.write_all(data).and_then(|_| commit_temp(&tmp, f, dest));
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
+}
+
+fn walk(dir: &Path, rel: &str, prefix: &str, out: &mut Vec<ObjectMeta>) -> io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with(TMP_PREFIX) {
+            continue;
+        }
+        let key = if rel.is_empty() {
+            name.to_string()
+        } else {
+            format!("{rel}/{name}")
+        };
+        // Descend only where the key can still match the prefix.
+        let could_match = key.starts_with(prefix) || prefix.starts_with(&format!("{key}/"));
+        if !could_match {
+            continue;
+        }
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
+            walk(&entry.path(), &key, prefix, out)?;
+        } else if key.starts_with(prefix) {
+            out.push(ObjectMeta {
+                key,
+                size: meta.len(),
+                last_modified: meta.modified().ok().map(Into::into),
+            });
+        }
+    }
+    Ok(())
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> io::Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(format!("file task failed: {e}"))))
+}
+
+#[async_trait]
+impl ObjectStore for FsStore {
+    async fn put(&self, key: &str, data: Bytes) -> Result<(), StoreError> {
+        let dest = self.path(key)?;
+        blocking(move || write_atomic(&dest, &data))
+            .await
+            .map_err(|e| self.io_err(key, e))
+    }
+
+    async fn put_multipart(&self, key: &str) -> Result<Box<dyn MultipartUpload>, StoreError> {
+        let dest = self.path(key)?;
+        let d = dest.clone();
+        let (tmp, file) = blocking(move || create_temp(&d))
+            .await
+            .map_err(|e| self.io_err(key, e))?;
+        Ok(Box::new(FsUpload {
+            file: Some(file),
+            tmp,
+            dest,
+            location: self.location(key),
+        }))
+    }
+
+    async fn get(&self, key: &str) -> Result<Bytes, StoreError> {
+        let p = self.path(key)?;
+        tokio::fs::read(&p)
+            .await
+            .map(Bytes::from)
+            .map_err(|e| self.io_err(key, e))
+    }
+
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
+        let p = self.path(key)?;
+        let mut f = tokio::fs::File::open(&p)
+            .await
+            .map_err(|e| self.io_err(key, e))?;
+        let size = f.metadata().await.map_err(|e| self.io_err(key, e))?.len();
+        if range.start >= size || range.end <= range.start {
+            return Err(StoreError::new(
+                ErrorKind::InvalidInput,
+                self.location(key),
+                format!(
+                    "range {}..{} is outside the object's {size} bytes",
+                    range.start, range.end
+                ),
+            ));
+        }
+        let end = range.end.min(size);
+        let mut buf = vec![0u8; (end - range.start) as usize];
+        f.seek(SeekFrom::Start(range.start))
+            .await
+            .map_err(|e| self.io_err(key, e))?;
+        f.read_exact(&mut buf)
+            .await
+            .map_err(|e| self.io_err(key, e))?;
+        Ok(Bytes::from(buf))
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
+        let p = self.path(key)?;
+        let m = tokio::fs::metadata(&p)
+            .await
+            .map_err(|e| self.io_err(key, e))?;
+        if !m.is_file() {
+            return Err(StoreError::new(
+                ErrorKind::NotFound,
+                self.location(key),
+                "no such object",
+            ));
+        }
+        Ok(ObjectMeta {
+            key: key.to_string(),
+            size: m.len(),
+            last_modified: m.modified().ok().map(Into::into),
+        })
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {
+        let root = self.root.clone();
+        let p = prefix.to_string();
+        let mut out = blocking(move || {
+            let mut out = Vec::new();
+            walk(&root, "", &p, &mut out)?;
+            Ok(out)
+        })
+        .await
+        .map_err(|e| self.io_err(prefix, e))?;
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        let p = self.path(key)?;
+        match tokio::fs::remove_file(&p).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(self.io_err(key, e)),
+        }
+    }
+
+    async fn check(&self) -> Result<(), StoreError> {
+        let probe = self.root.join(format!("{TMP_PREFIX}probe"));
+        let root = self.root.clone();
+        blocking(move || {
+            std::fs::create_dir_all(&root)?;
+            write_atomic(&probe, b"strata write check")?;
+            std::fs::remove_file(&probe)
+        })
+        .await
+        .map_err(|e| {
+            StoreError::new(
+                ErrorKind::Unauthorized,
+                self.location(""),
+                format!("cannot write here: {e}; create the directory or fix its permissions, or change store.url"),
+            )
+        })
+    }
+
+    fn location(&self, key: &str) -> String {
+        let root = self.root.display().to_string();
+        let sep = if root.ends_with('/') || key.is_empty() {
+            ""
+        } else {
+            "/"
+        };
+        format!("file://{root}{sep}{key}")
+    }
+}
+
+struct FsUpload {
+    file: Option<std::fs::File>,
+    tmp: PathBuf,
+    dest: PathBuf,
+    location: String,
+}
+
+impl FsUpload {
+    fn err(&self, e: io::Error) -> StoreError {
+        StoreError::new(ErrorKind::Io, self.location.clone(), e.to_string())
+    }
+}
+
+#[async_trait]
+impl MultipartUpload for FsUpload {
+    async fn write(&mut self, data: Bytes) -> Result<(), StoreError> {
+        let mut f = self
+            .file
+            .take()
+            .ok_or_else(|| self.err(io::Error::other("upload already closed")))?;
+        let (f, r) = tokio::task::spawn_blocking(move || {
+            let r = f.write_all(&data);
+            (f, r)
+        })
+        .await
+        .map_err(|e| self.err(io::Error::other(e.to_string())))?;
+        self.file = Some(f);
+        r.map_err(|e| self.err(e))
+    }
+
+    async fn finish(mut self: Box<Self>) -> Result<(), StoreError> {
+        let f = self
+            .file
+            .take()
+            .ok_or_else(|| self.err(io::Error::other("upload already closed")))?;
+        let (tmp, dest) = (self.tmp.clone(), self.dest.clone());
+        blocking(move || {
+            let r = commit_temp(&tmp, f, &dest);
+            if r.is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            r
+        })
+        .await
+        .map_err(|e| self.err(e))
+    }
+
+    async fn abort(mut self: Box<Self>) -> Result<(), StoreError> {
+        self.file.take();
+        match tokio::fs::remove_file(&self.tmp).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(self.err(e)),
+        }
+    }
+}

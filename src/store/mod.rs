@@ -1,0 +1,143 @@
+//! The object store every mode writes to and reads from: one small trait, two backends
+//! (`s3` via aws-sdk-s3, `fs` for `file://`). A successful `put` means the object is durable
+//! and replaced atomically; `delete` of a missing object succeeds.
+
+mod fs;
+mod s3;
+
+pub use fs::FsStore;
+pub use s3::S3Store;
+
+use crate::config::{StoreConfig, StoreUrl};
+use async_trait::async_trait;
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// What went wrong, so callers can branch (retry, skip, stop) and users can act.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    NotFound,
+    NoSuchBucket,
+    Unauthorized,
+    /// The store could not be reached (network, DNS, timeout): worth retrying.
+    Unreachable,
+    /// The store answered with an error (5xx, throttling, bad request).
+    Service,
+    InvalidInput,
+    Io,
+}
+
+/// An object store failure naming the object (or bucket) and what to do about it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{location}: {message}")]
+pub struct StoreError {
+    pub kind: ErrorKind,
+    /// `s3://bucket/key` or `file:///path`: the object or container concerned.
+    pub location: String,
+    pub message: String,
+}
+
+impl StoreError {
+    pub fn new(kind: ErrorKind, location: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            location: location.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Failures a retry may fix: the store was down or overloaded.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.kind,
+            ErrorKind::Unreachable | ErrorKind::Service | ErrorKind::Io
+        )
+    }
+}
+
+/// An object as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectMeta {
+    /// Key relative to the store's root (bucket prefix or directory).
+    pub key: String,
+    pub size: u64,
+    pub last_modified: Option<DateTime<Utc>>,
+}
+
+/// An upload in parts, for objects too large to hold in memory at once. Nothing is visible
+/// under the key until `finish` returns.
+#[async_trait]
+pub trait MultipartUpload: Send {
+    /// Appends bytes; the backend cuts them into parts of its own size.
+    async fn write(&mut self, data: Bytes) -> Result<(), StoreError>;
+    async fn finish(self: Box<Self>) -> Result<(), StoreError>;
+    /// Discards what was written; best effort.
+    async fn abort(self: Box<Self>) -> Result<(), StoreError>;
+}
+
+/// The storage every mode uses. Keys are relative to the store's root and use `/`.
+#[async_trait]
+pub trait ObjectStore: Send + Sync + fmt::Debug {
+    /// Stores a whole object durably, replacing any object under the key atomically.
+    async fn put(&self, key: &str, data: Bytes) -> Result<(), StoreError>;
+    async fn put_multipart(&self, key: &str) -> Result<Box<dyn MultipartUpload>, StoreError>;
+    async fn get(&self, key: &str) -> Result<Bytes, StoreError>;
+    /// Bytes `range.start..range.end` (end exclusive, clamped to the object's size).
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError>;
+    async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError>;
+    /// Every object whose key starts with `prefix`, sorted by key.
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError>;
+    /// Removes an object; a missing object is not an error.
+    async fn delete(&self, key: &str) -> Result<(), StoreError>;
+    /// Proves the store is reachable and writable (creates the bucket when configured to).
+    async fn check(&self) -> Result<(), StoreError>;
+    /// `s3://bucket/prefix/key` or `file:///root/key`, for messages.
+    fn location(&self, key: &str) -> String;
+}
+
+/// Builds the backend a store URL names.
+pub async fn open(cfg: &StoreConfig) -> Result<Arc<dyn ObjectStore>, StoreError> {
+    Ok(match &cfg.url {
+        StoreUrl::File { root } => Arc::new(FsStore::new(root.clone())),
+        StoreUrl::S3 { bucket, prefix } => {
+            Arc::new(S3Store::connect(&cfg.s3, bucket.clone(), prefix.clone()).await?)
+        }
+    })
+}
+
+/// Refuses keys that could escape the root or that backends treat differently.
+pub(crate) fn check_key(location: impl Fn() -> String, key: &str) -> Result<(), StoreError> {
+    let bad = key.is_empty()
+        || key.starts_with('/')
+        || key.ends_with('/')
+        || key
+            .split('/')
+            .any(|p| p.is_empty() || p == "." || p == "..")
+        || key.contains('\\');
+    if bad {
+        return Err(StoreError::new(
+            ErrorKind::InvalidInput,
+            location(),
+            "is not a valid object key: use non-empty '/'-separated levels without '.' or '..'",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_that_escape_are_refused() {
+        for bad in ["", "/abs", "a/../b", "a//b", "dir/", "./a", "a\\b"] {
+            assert!(check_key(|| "x".into(), bad).is_err(), "{bad:?}");
+        }
+        for good in ["a", "a/b/c.txt", "t+0+00000000000000000001.jsonl"] {
+            assert!(check_key(|| "x".into(), good).is_ok(), "{good:?}");
+        }
+    }
+}

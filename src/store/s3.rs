@@ -1,0 +1,534 @@
+//! S3 backend (AWS S3 or a compatible store such as LocalStack or MinIO). Large objects go up
+//! in multipart uploads; checksums are computed only when the API requires them, which
+//! S3-compatible stores handle. Error messages are scrubbed of the configured credentials.
+
+use super::{check_key, ErrorKind, MultipartUpload, ObjectMeta, ObjectStore, StoreError};
+use crate::config::{Credentials, S3Settings};
+use async_trait::async_trait;
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::timeout::TimeoutConfig;
+use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
+use aws_sdk_s3::Client;
+use bytes::{Bytes, BytesMut};
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Clone)]
+pub struct S3Store {
+    client: Client,
+    bucket: String,
+    /// Key prefix inside the bucket, `""` or `a/b/`.
+    prefix: String,
+    part_size: usize,
+    create_bucket: bool,
+    region: String,
+    endpoint: String,
+    /// Credential values to scrub from any message that reaches a user.
+    secrets: Arc<Vec<String>>,
+}
+
+impl std::fmt::Debug for S3Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Store")
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl S3Store {
+    pub async fn connect(
+        s: &S3Settings,
+        bucket: String,
+        prefix: String,
+    ) -> Result<Self, StoreError> {
+        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(Region::new(s.region.clone()));
+        let mut secrets = Vec::new();
+        if let Credentials::Static {
+            access_key,
+            secret_key,
+        } = &s.credentials
+        {
+            secrets.push(access_key.expose().to_string());
+            secrets.push(secret_key.expose().to_string());
+            loader = loader.credentials_provider(aws_sdk_s3::config::Credentials::new(
+                access_key.expose(),
+                secret_key.expose(),
+                None,
+                None,
+                "strata-config",
+            ));
+        }
+        let shared = loader.load().await;
+        let mut b = aws_sdk_s3::config::Builder::from(&shared)
+            .force_path_style(s.path_style)
+            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+            .retry_config(
+                RetryConfig::standard()
+                    .with_max_attempts(s.max_attempts)
+                    .with_initial_backoff(Duration::from_millis(200))
+                    .with_max_backoff(Duration::from_secs(5)),
+            )
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(5))
+                    .read_timeout(Duration::from_secs(60))
+                    .operation_attempt_timeout(Duration::from_secs(300))
+                    .build(),
+            );
+        if let Some(e) = &s.endpoint {
+            b = b.endpoint_url(e);
+        }
+        let prefix = if prefix.is_empty() {
+            prefix
+        } else {
+            format!("{}/", prefix.trim_end_matches('/'))
+        };
+        Ok(Self {
+            client: Client::from_conf(b.build()),
+            bucket,
+            prefix,
+            part_size: s.part_size.bytes() as usize,
+            create_bucket: s.create_bucket,
+            region: s.region.clone(),
+            endpoint: s
+                .endpoint
+                .clone()
+                .unwrap_or_else(|| format!("AWS S3 ({})", s.region)),
+            secrets: Arc::new(secrets),
+        })
+    }
+
+    fn full_key(&self, key: &str) -> Result<String, StoreError> {
+        check_key(|| self.location(key), key)?;
+        Ok(format!("{}{key}", self.prefix))
+    }
+
+    fn scrub(&self, mut s: String) -> String {
+        for secret in self.secrets.iter().filter(|x| !x.is_empty()) {
+            s = s.replace(secret.as_str(), "<redacted>");
+        }
+        s
+    }
+
+    /// Turns an SDK error into a kind and a message a user can act on.
+    fn err<E>(&self, key: &str, op: &str, e: SdkError<E, HttpResponse>) -> StoreError
+    where
+        E: ProvideErrorMetadata + std::error::Error + 'static,
+    {
+        let status = match &e {
+            SdkError::ServiceError(_) => e.raw_response().map(|r| r.status().as_u16()),
+            _ => None,
+        };
+        let code = e.code().unwrap_or_default().to_string();
+        let detail = self.scrub(DisplayErrorContext(&e).to_string());
+        let (kind, hint) = match &e {
+            SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => (
+                ErrorKind::Unreachable,
+                format!("cannot reach the store at {}; check store.endpoint and that the store is up", self.endpoint),
+            ),
+            SdkError::ServiceError(_) => match (code.as_str(), status) {
+                ("NoSuchKey" | "NotFound", _) | (_, Some(404)) if code != "NoSuchBucket" => {
+                    (ErrorKind::NotFound, "no such object".to_string())
+                }
+                ("NoSuchBucket", _) => (
+                    ErrorKind::NoSuchBucket,
+                    format!("bucket {:?} does not exist; create it or set store.create_bucket = true", self.bucket),
+                ),
+                ("InvalidAccessKeyId" | "SignatureDoesNotMatch" | "AccessDenied" | "InvalidToken" | "ExpiredToken", _) | (_, Some(401 | 403)) => (
+                    ErrorKind::Unauthorized,
+                    "access denied; check store.access_key / store.secret_key (or the AWS credential chain) and the bucket policy".to_string(),
+                ),
+                (_, Some(s)) if s >= 500 || code == "SlowDown" => {
+                    (ErrorKind::Service, "the store failed; strata retries".to_string())
+                }
+                _ => (ErrorKind::Service, "the store refused the request".to_string()),
+            },
+            _ => (ErrorKind::Service, "unexpected response from the store".to_string()),
+        };
+        StoreError::new(
+            kind,
+            self.location(key),
+            format!("{op} failed: {hint} ({detail})"),
+        )
+    }
+
+    async fn upload_part(
+        &self,
+        key: &str,
+        full: &str,
+        upload_id: &str,
+        n: i32,
+        data: Bytes,
+    ) -> Result<CompletedPart, StoreError> {
+        let out = self
+            .client
+            .upload_part()
+            .bucket(&self.bucket)
+            .key(full)
+            .upload_id(upload_id)
+            .part_number(n)
+            .body(ByteStream::from(data))
+            .send()
+            .await
+            .map_err(|e| self.err(key, "upload part", e))?;
+        Ok(CompletedPart::builder()
+            .part_number(n)
+            .set_e_tag(out.e_tag)
+            .build())
+    }
+
+    async fn start_multipart(&self, key: &str) -> Result<S3Upload, StoreError> {
+        let full = self.full_key(key)?;
+        let out = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(&full)
+            .send()
+            .await
+            .map_err(|e| self.err(key, "start multipart upload", e))?;
+        let upload_id = out.upload_id.ok_or_else(|| {
+            StoreError::new(
+                ErrorKind::Service,
+                self.location(key),
+                "the store returned no multipart upload id",
+            )
+        })?;
+        Ok(S3Upload {
+            store: self.clone(),
+            key: key.to_string(),
+            full,
+            upload_id,
+            buffer: BytesMut::new(),
+            parts: Vec::new(),
+        })
+    }
+}
+
+#[async_trait]
+impl ObjectStore for S3Store {
+    async fn put(&self, key: &str, data: Bytes) -> Result<(), StoreError> {
+        if data.len() > self.part_size {
+            let mut up = self.start_multipart(key).await?;
+            let r = async {
+                up.write(data).await?;
+                up.complete().await
+            }
+            .await;
+            if r.is_err() {
+                up.abort_quietly().await;
+            }
+            return r;
+        }
+        let full = self.full_key(key)?;
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(full)
+            .body(ByteStream::from(data))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.err(key, "put", e))
+    }
+
+    async fn put_multipart(&self, key: &str) -> Result<Box<dyn MultipartUpload>, StoreError> {
+        Ok(Box::new(self.start_multipart(key).await?))
+    }
+
+    async fn get(&self, key: &str) -> Result<Bytes, StoreError> {
+        let full = self.full_key(key)?;
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(full)
+            .send()
+            .await
+            .map_err(|e| self.err(key, "get", e))?;
+        out.body
+            .collect()
+            .await
+            .map(|b| b.into_bytes())
+            .map_err(|e| {
+                StoreError::new(
+                    ErrorKind::Unreachable,
+                    self.location(key),
+                    format!("reading the body failed: {e}"),
+                )
+            })
+    }
+
+    async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
+        if range.end <= range.start {
+            return Err(StoreError::new(
+                ErrorKind::InvalidInput,
+                self.location(key),
+                format!("empty range {}..{}", range.start, range.end),
+            ));
+        }
+        let full = self.full_key(key)?;
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(full)
+            .range(format!("bytes={}-{}", range.start, range.end - 1))
+            .send()
+            .await
+            .map_err(|e| {
+                let mut err = self.err(key, "ranged get", e);
+                if err.message.contains("InvalidRange") {
+                    err.kind = ErrorKind::InvalidInput;
+                }
+                err
+            })?;
+        out.body
+            .collect()
+            .await
+            .map(|b| b.into_bytes())
+            .map_err(|e| {
+                StoreError::new(
+                    ErrorKind::Unreachable,
+                    self.location(key),
+                    format!("reading the body failed: {e}"),
+                )
+            })
+    }
+
+    async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
+        let full = self.full_key(key)?;
+        let out = self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(full)
+            .send()
+            .await
+            .map_err(|e| self.err(key, "head", e))?;
+        Ok(ObjectMeta {
+            key: key.to_string(),
+            size: out.content_length.unwrap_or_default().max(0) as u64,
+            last_modified: out
+                .last_modified
+                .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())),
+        })
+    }
+
+    async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError> {
+        let full_prefix = format!("{}{prefix}", self.prefix);
+        let mut pages = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(&full_prefix)
+            .into_paginator()
+            .send();
+        let mut out = Vec::new();
+        while let Some(page) = pages.next().await {
+            let page = page.map_err(|e| self.err(prefix, "list", e))?;
+            for o in page.contents.unwrap_or_default() {
+                let Some(k) = o.key else { continue };
+                let Some(rel) = k.strip_prefix(&self.prefix) else {
+                    continue;
+                };
+                out.push(ObjectMeta {
+                    key: rel.to_string(),
+                    size: o.size.unwrap_or_default().max(0) as u64,
+                    last_modified: o
+                        .last_modified
+                        .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())),
+                });
+            }
+        }
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreError> {
+        let full = self.full_key(key)?;
+        match self
+            .client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(full)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                let err = self.err(key, "delete", e);
+                if err.kind == ErrorKind::NotFound {
+                    Ok(())
+                } else {
+                    Err(err)
+                }
+            }
+        }
+    }
+
+    async fn check(&self) -> Result<(), StoreError> {
+        let head = self.client.head_bucket().bucket(&self.bucket).send().await;
+        if let Err(e) = head {
+            let mut err = self.err("", "head bucket", e);
+            if err.kind == ErrorKind::NotFound {
+                err.kind = ErrorKind::NoSuchBucket;
+            }
+            if err.kind != ErrorKind::NoSuchBucket {
+                return Err(err);
+            }
+            if !self.create_bucket {
+                return Err(StoreError::new(
+                    ErrorKind::NoSuchBucket,
+                    self.location(""),
+                    format!(
+                        "bucket {:?} does not exist; create it or set store.create_bucket = true",
+                        self.bucket
+                    ),
+                ));
+            }
+            let mut req = self.client.create_bucket().bucket(&self.bucket);
+            if self.region != "us-east-1" {
+                req = req.create_bucket_configuration(
+                    aws_sdk_s3::types::CreateBucketConfiguration::builder()
+                        .location_constraint(aws_sdk_s3::types::BucketLocationConstraint::from(
+                            self.region.as_str(),
+                        ))
+                        .build(),
+                );
+            }
+            if let Err(e) = req.send().await {
+                let err = self.err("", "create bucket", e);
+                if !err.message.contains("BucketAlreadyOwnedByYou") {
+                    return Err(err);
+                }
+            }
+        }
+        let probe = format!(".strata-probe-{}", uuid::Uuid::new_v4().simple());
+        self.put(&probe, Bytes::from_static(b"strata write check"))
+            .await?;
+        self.delete(&probe).await
+    }
+
+    fn location(&self, key: &str) -> String {
+        format!("s3://{}/{}{key}", self.bucket, self.prefix)
+    }
+}
+
+struct S3Upload {
+    store: S3Store,
+    key: String,
+    full: String,
+    upload_id: String,
+    buffer: BytesMut,
+    parts: Vec<CompletedPart>,
+}
+
+impl S3Upload {
+    async fn send_part(&mut self, data: Bytes) -> Result<(), StoreError> {
+        let n = self.parts.len() as i32 + 1;
+        if n > 10_000 {
+            return Err(StoreError::new(
+                ErrorKind::InvalidInput,
+                self.store.location(&self.key),
+                "more than 10000 parts; raise store.part_size",
+            ));
+        }
+        let part = self
+            .store
+            .upload_part(&self.key, &self.full, &self.upload_id, n, data)
+            .await?;
+        self.parts.push(part);
+        Ok(())
+    }
+
+    async fn write(&mut self, data: Bytes) -> Result<(), StoreError> {
+        let size = self.store.part_size;
+        if self.buffer.is_empty() && data.len() >= size {
+            // Whole parts straight from the caller's buffer, without copying.
+            let mut data = data;
+            while data.len() >= size {
+                let part = data.split_to(size);
+                self.send_part(part).await?;
+            }
+            self.buffer.extend_from_slice(&data);
+            return Ok(());
+        }
+        self.buffer.extend_from_slice(&data);
+        while self.buffer.len() >= size {
+            let part = self.buffer.split_to(size).freeze();
+            self.send_part(part).await?;
+        }
+        Ok(())
+    }
+
+    async fn complete(&mut self) -> Result<(), StoreError> {
+        if !self.buffer.is_empty() || self.parts.is_empty() {
+            let rest = std::mem::take(&mut self.buffer).freeze();
+            self.send_part(rest).await?;
+        }
+        self.store
+            .client
+            .complete_multipart_upload()
+            .bucket(&self.store.bucket)
+            .key(&self.full)
+            .upload_id(&self.upload_id)
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(self.parts.clone()))
+                    .build(),
+            )
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| self.store.err(&self.key, "complete multipart upload", e))
+    }
+
+    async fn abort_quietly(&self) {
+        let r = self
+            .store
+            .client
+            .abort_multipart_upload()
+            .bucket(&self.store.bucket)
+            .key(&self.full)
+            .upload_id(&self.upload_id)
+            .send()
+            .await;
+        if let Err(e) = r {
+            tracing::warn!(object = %self.store.location(&self.key), error = %self.store.scrub(DisplayErrorContext(&e).to_string()), "abort of a multipart upload failed; a lifecycle rule for incomplete uploads cleans it up");
+        }
+    }
+}
+
+#[async_trait]
+impl MultipartUpload for S3Upload {
+    async fn write(&mut self, data: Bytes) -> Result<(), StoreError> {
+        let r = S3Upload::write(self, data).await;
+        if r.is_err() {
+            self.abort_quietly().await;
+        }
+        r
+    }
+
+    async fn finish(mut self: Box<Self>) -> Result<(), StoreError> {
+        let r = self.complete().await;
+        if r.is_err() {
+            self.abort_quietly().await;
+        }
+        r
+    }
+
+    async fn abort(self: Box<Self>) -> Result<(), StoreError> {
+        self.abort_quietly().await;
+        Ok(())
+    }
+}

@@ -1,0 +1,259 @@
+//! Shared harness of the integration tests: endpoints of the dev environment's real Kafka
+//! broker and LocalStack (exported by `./dev test`), unique names so tests run in parallel,
+//! and helpers to create topics, produce records and read objects back.
+#![allow(dead_code)]
+
+pub mod store_suite;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header as KHeader, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use strata::config::{Config, KafkaConfig, StoreConfig};
+use strata::format::{Header, Record, TimestampType};
+use strata::store::ObjectStore;
+
+fn required_env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: integration tests need the dev environment; run them with `./dev test` (or `eval \"$(./dev env)\"` after `./dev up`)")
+    })
+}
+
+pub fn bootstrap() -> String {
+    required_env("STRATA_TEST_BOOTSTRAP")
+}
+
+pub fn s3_endpoint() -> String {
+    required_env("STRATA_TEST_S3_ENDPOINT")
+}
+
+pub const TEST_BUCKET: &str = "strata-it";
+
+/// A name no other test (or earlier run) uses: `prefix-<pid>-<n>-<time>`.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_millis()
+        % 100_000_000;
+    format!(
+        "{prefix}-{}-{}-{t}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The `[kafka]` and `[store]` TOML of the dev environment, S3 under `prefix`.
+pub fn s3_toml(prefix: &str) -> String {
+    format!(
+        "[kafka]\nbootstrap_servers = \"{}\"\n[store]\nurl = \"s3://{TEST_BUCKET}/{prefix}\"\nendpoint = \"{}\"\naccess_key = \"test\"\nsecret_key = \"test\"\ncreate_bucket = true\npart_size = \"5MiB\"\n",
+        bootstrap(),
+        s3_endpoint()
+    )
+}
+
+pub fn file_toml(root: &std::path::Path) -> String {
+    format!(
+        "[kafka]\nbootstrap_servers = \"{}\"\n[store]\nurl = \"file://{}\"\n",
+        bootstrap(),
+        root.display()
+    )
+}
+
+pub fn config(toml: &str) -> Config {
+    Config::from_toml(toml, "test config", |k| std::env::var(k).ok())
+        .unwrap_or_else(|e| panic!("test config invalid: {e}\n{toml}"))
+}
+
+pub fn kafka_config() -> KafkaConfig {
+    config(&format!(
+        "[kafka]\nbootstrap_servers = \"{}\"\n",
+        bootstrap()
+    ))
+    .kafka
+}
+
+pub fn s3_store_config(prefix: &str) -> StoreConfig {
+    config(&s3_toml(prefix)).store
+}
+
+pub async fn s3_store(prefix: &str) -> Arc<dyn ObjectStore> {
+    let s = strata::store::open(&s3_store_config(prefix))
+        .await
+        .expect("open LocalStack store");
+    s.check().await.expect("LocalStack bucket usable");
+    s
+}
+
+pub async fn create_topic(name: &str, partitions: i32) {
+    create_topic_with(name, partitions, &[]).await
+}
+
+pub async fn create_topic_with(name: &str, partitions: i32, configs: &[(&str, &str)]) {
+    let admin = strata::kafka::Admin::new(&kafka_config()).expect("admin client");
+    admin
+        .create_topic(name, partitions, 1, configs)
+        .await
+        .expect("create topic");
+    // Wait until metadata shows every partition, so producers and consumers see them.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while admin.partition_count(name).ok().flatten() != Some(partitions) {
+        assert!(Instant::now() < deadline, "topic {name} did not appear");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn producer() -> FutureProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("linger.ms", "5")
+        .set("enable.idempotence", "true")
+        .set("compression.type", "lz4")
+        .create()
+        .expect("producer")
+}
+
+/// Deterministic records for a test: keyed, with repeated and null headers, explicit
+/// timestamps, a tombstone every 17th record and binary (non UTF-8) bytes every 5th.
+pub fn sample_records(topic: &str, n: usize, partitions: i32, base_ts: i64) -> Vec<Record> {
+    (0..n)
+        .map(|i| {
+            let value = if i % 17 == 16 {
+                None
+            } else if i % 5 == 4 {
+                Some(vec![0xff, 0xfe, (i % 251) as u8, 0, b'\n', b',', b'|'])
+            } else {
+                Some(format!(r#"[{{"GLOBAL_ID":"g-{i}","TYPE":"I","TABLE":"orders","NEW_VALUES":{{"id":{i},"amount":{}}}}}]"#, i * 7 % 1000).into_bytes())
+            };
+            let key = if i % 11 == 10 { None } else { Some(format!("order-{i}").into_bytes()) };
+            Record {
+                topic: topic.to_string(),
+                partition: Some((i as i32) % partitions),
+                offset: None,
+                timestamp: Some(base_ts + i as i64 * 1000),
+                timestamp_type: TimestampType::CreateTime,
+                key,
+                value,
+                headers: vec![
+                    Header { key: "source".into(), value: Some(b"cdc".to_vec()) },
+                    Header { key: "seq".into(), value: Some(i.to_string().into_bytes()) },
+                    Header { key: "seq".into(), value: None },
+                ],
+            }
+        })
+        .collect()
+}
+
+/// Produces records to their `partition` with their key, value, headers and timestamp.
+pub async fn produce(records: &[Record]) {
+    let p = producer();
+    let mut pending = Vec::new();
+    for r in records {
+        let mut headers = OwnedHeaders::new();
+        for h in &r.headers {
+            headers = headers.insert(KHeader {
+                key: &h.key,
+                value: h.value.as_deref(),
+            });
+        }
+        let mut fr: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&r.topic).headers(headers);
+        if let Some(k) = &r.key {
+            fr = fr.key(k.as_slice());
+        }
+        if let Some(v) = &r.value {
+            fr = fr.payload(v.as_slice());
+        }
+        if let Some(p) = r.partition {
+            fr = fr.partition(p);
+        }
+        if let Some(t) = r.timestamp {
+            fr = fr.timestamp(t);
+        }
+        pending.push(p.send_result(fr).map_err(|(e, _)| e).expect("enqueue"));
+        if pending.len() >= 10_000 {
+            for d in pending.drain(..) {
+                d.await.expect("delivery future").expect("delivered");
+            }
+        }
+    }
+    for d in pending {
+        d.await.expect("delivery future").expect("delivered");
+    }
+}
+
+/// Reads every record of a topic from the beginning up to the high watermarks.
+pub fn consume_all(topic: &str) -> Vec<Record> {
+    let admin = strata::kafka::Admin::new(&kafka_config()).expect("admin");
+    let parts = admin
+        .partition_count(topic)
+        .expect("metadata")
+        .expect("topic exists");
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", unique("reader"))
+        .set("enable.auto.commit", "false")
+        .create()
+        .expect("consumer");
+    let mut tpl = TopicPartitionList::new();
+    let mut remaining = 0i64;
+    let mut highs = Vec::new();
+    for p in 0..parts {
+        let (lo, hi) = admin.watermarks(topic, p).expect("watermarks");
+        highs.push(hi);
+        remaining += hi - lo;
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .expect("tpl");
+    }
+    c.assign(&tpl).expect("assign");
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut done = vec![false; parts as usize];
+    for p in 0..parts {
+        let (lo, hi) = admin.watermarks(topic, p).expect("watermarks");
+        done[p as usize] = lo >= hi;
+    }
+    while done.iter().any(|d| !d) {
+        assert!(
+            Instant::now() < deadline,
+            "consume_all({topic}) timed out with {remaining} records left"
+        );
+        let Some(m) = c.poll(Duration::from_millis(500)) else {
+            continue;
+        };
+        let m = m.expect("consume");
+        let headers = m
+            .headers()
+            .map(|hs| {
+                hs.iter()
+                    .map(|h| Header {
+                        key: h.key.to_string(),
+                        value: h.value.map(<[u8]>::to_vec),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.push(Record {
+            topic: m.topic().to_string(),
+            partition: Some(m.partition()),
+            offset: Some(m.offset()),
+            timestamp: m.timestamp().to_millis(),
+            timestamp_type: match m.timestamp() {
+                rdkafka::Timestamp::CreateTime(_) => TimestampType::CreateTime,
+                rdkafka::Timestamp::LogAppendTime(_) => TimestampType::LogAppendTime,
+                rdkafka::Timestamp::NotAvailable => TimestampType::NotAvailable,
+            },
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+            headers,
+        });
+        if m.offset() + 1 >= highs[m.partition() as usize] {
+            done[m.partition() as usize] = true;
+        }
+        remaining -= 1;
+    }
+    out
+}

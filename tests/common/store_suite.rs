@@ -1,0 +1,174 @@
+//! The conformance suite every object store backend must pass, run against the `file://`
+//! backend (a temp dir) and S3 (LocalStack): same calls, same answers.
+
+use bytes::Bytes;
+use strata::store::{ErrorKind, ObjectStore};
+
+fn pattern(n: usize, seed: u8) -> Bytes {
+    Bytes::from(
+        (0..n)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect::<Vec<u8>>(),
+    )
+}
+
+/// Runs every check under `base/` of `store`. `multipart_size` should span several parts.
+pub async fn run(store: &dyn ObjectStore, base: &str, multipart_size: usize) {
+    let k = |s: &str| format!("{base}/{s}");
+
+    // put / get / head, including an empty object
+    store.put(&k("a/one.bin"), pattern(1000, 1)).await.unwrap();
+    assert_eq!(store.get(&k("a/one.bin")).await.unwrap(), pattern(1000, 1));
+    assert_eq!(store.head(&k("a/one.bin")).await.unwrap().size, 1000);
+    store.put(&k("a/empty"), Bytes::new()).await.unwrap();
+    assert_eq!(store.get(&k("a/empty")).await.unwrap().len(), 0);
+
+    // overwrite replaces the whole object
+    store.put(&k("a/one.bin"), pattern(10, 2)).await.unwrap();
+    assert_eq!(store.get(&k("a/one.bin")).await.unwrap(), pattern(10, 2));
+
+    // ranged reads: middle, up to the end, clamped past the end
+    let big = pattern(4096, 3);
+    store.put(&k("b/range.bin"), big.clone()).await.unwrap();
+    assert_eq!(
+        store.get_range(&k("b/range.bin"), 100..200).await.unwrap(),
+        big.slice(100..200)
+    );
+    assert_eq!(
+        store
+            .get_range(&k("b/range.bin"), 4000..4096)
+            .await
+            .unwrap(),
+        big.slice(4000..)
+    );
+    assert_eq!(
+        store
+            .get_range(&k("b/range.bin"), 4090..9999)
+            .await
+            .unwrap(),
+        big.slice(4090..)
+    );
+    assert_eq!(
+        store.get_range(&k("b/range.bin"), 0..1).await.unwrap(),
+        big.slice(0..1)
+    );
+    let past = store
+        .get_range(&k("b/range.bin"), 5000..5001)
+        .await
+        .unwrap_err();
+    assert_eq!(past.kind, ErrorKind::InvalidInput, "{past}");
+
+    // list: sorted, filtered by prefix (not just by directory)
+    store
+        .put(&k("b/x+0+00000000000000000010.txt"), pattern(1, 0))
+        .await
+        .unwrap();
+    store
+        .put(&k("b/x+0+00000000000000000002.txt"), pattern(2, 0))
+        .await
+        .unwrap();
+    store.put(&k("bb/other"), pattern(3, 0)).await.unwrap();
+    let listed: Vec<String> = store
+        .list(&k("b/"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            k("b/range.bin"),
+            k("b/x+0+00000000000000000002.txt"),
+            k("b/x+0+00000000000000000010.txt")
+        ]
+    );
+    let listed: Vec<String> = store
+        .list(&k("b/x+"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    assert_eq!(listed.len(), 2);
+    let all = store.list(&format!("{base}/")).await.unwrap();
+    assert_eq!(all.len(), 6, "{all:?}");
+    assert_eq!(all.iter().find(|o| o.key == k("bb/other")).unwrap().size, 3);
+    assert!(store.list(&k("nothing-here/")).await.unwrap().is_empty());
+
+    // missing objects
+    let e = store.get(&k("missing")).await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
+    assert!(
+        e.to_string().contains("missing"),
+        "error names the object: {e}"
+    );
+    assert_eq!(
+        store.head(&k("missing")).await.unwrap_err().kind,
+        ErrorKind::NotFound
+    );
+
+    // delete is idempotent
+    store.delete(&k("bb/other")).await.unwrap();
+    store.delete(&k("bb/other")).await.unwrap();
+    assert_eq!(
+        store.get(&k("bb/other")).await.unwrap_err().kind,
+        ErrorKind::NotFound
+    );
+
+    // multipart: several parts, odd sizes, visible only after finish
+    let data = pattern(multipart_size, 7);
+    let mut up = store.put_multipart(&k("m/big.bin")).await.unwrap();
+    for chunk in data.chunks(1_000_003) {
+        up.write(Bytes::copy_from_slice(chunk)).await.unwrap();
+    }
+    assert_eq!(
+        store.head(&k("m/big.bin")).await.unwrap_err().kind,
+        ErrorKind::NotFound
+    );
+    up.finish().await.unwrap();
+    assert_eq!(store.get(&k("m/big.bin")).await.unwrap(), data);
+    assert_eq!(
+        store
+            .get_range(&k("m/big.bin"), 5_000_000..5_000_100)
+            .await
+            .unwrap(),
+        data.slice(5_000_000..5_000_100)
+    );
+
+    // a large single put goes through the same path
+    store.put(&k("m/put-big.bin"), data.clone()).await.unwrap();
+    assert_eq!(
+        store.head(&k("m/put-big.bin")).await.unwrap().size,
+        data.len() as u64
+    );
+
+    // abort leaves nothing behind
+    let mut up = store.put_multipart(&k("m/aborted.bin")).await.unwrap();
+    up.write(pattern(100, 9)).await.unwrap();
+    up.abort().await.unwrap();
+    assert_eq!(
+        store.head(&k("m/aborted.bin")).await.unwrap_err().kind,
+        ErrorKind::NotFound
+    );
+    let listed: Vec<String> = store
+        .list(&k("m/"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    assert_eq!(listed, vec![k("m/big.bin"), k("m/put-big.bin")]);
+
+    // keys that could escape the root are refused before any I/O
+    for bad in ["../escape", "a//b", "/abs"] {
+        let e = store
+            .put(&format!("{base}/{bad}"), Bytes::new())
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidInput, "{bad}: {e}");
+    }
+
+    // location names the backend and key
+    assert!(store.location(&k("a/one.bin")).ends_with(&k("a/one.bin")));
+}

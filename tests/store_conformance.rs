@@ -1,0 +1,88 @@
+//! The object store conformance suite against both backends, plus the errors users meet:
+//! a missing bucket, wrong credentials, an unreachable endpoint.
+
+mod common;
+
+use common::*;
+use strata::store::{ErrorKind, FsStore, ObjectStore};
+
+#[tokio::test]
+async fn fs_backend_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = FsStore::new(dir.path().to_path_buf());
+    store.check().await.unwrap();
+    store_suite::run(&store, "suite", 12 << 20).await;
+    // no temp files are left behind
+    let leftovers: Vec<_> = walk(dir.path())
+        .into_iter()
+        .filter(|p| p.contains(".strata-tmp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+fn walk(p: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(p).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            out.extend(walk(&e.path()));
+        } else {
+            out.push(e.path().display().to_string());
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn s3_backend_conforms() {
+    let prefix = unique("conformance");
+    let store = s3_store(&prefix).await;
+    store_suite::run(store.as_ref(), "suite", 12 << 20).await;
+    assert!(store
+        .location("x")
+        .starts_with(&format!("s3://{TEST_BUCKET}/{prefix}/")));
+}
+
+#[tokio::test]
+async fn missing_bucket_is_named_with_the_fix() {
+    let toml = s3_toml("p")
+        .replace(TEST_BUCKET, "strata-no-such-bucket")
+        .replace("create_bucket = true", "create_bucket = false");
+    let store = strata::store::open(&config(&toml).store).await.unwrap();
+    let e = store.check().await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::NoSuchBucket, "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("strata-no-such-bucket") && msg.contains("store.create_bucket"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn wrong_credentials_are_refused_without_leaking_them() {
+    let toml = s3_toml("p").replace(
+        "secret_key = \"test\"",
+        "secret_key = \"wrong-secret-value\"",
+    );
+    let store = strata::store::open(&config(&toml).store).await.unwrap();
+    let e = store.check().await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unauthorized, "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("store.access_key / store.secret_key"), "{msg}");
+    assert!(!msg.contains("wrong-secret-value"), "secret leaked: {msg}");
+}
+
+#[tokio::test]
+async fn unreachable_endpoint_says_so() {
+    let toml = s3_toml("p")
+        .replace(&s3_endpoint(), "http://127.0.0.1:9")
+        .replace("[store]", "[store]\nmax_attempts = 1");
+    let store = strata::store::open(&config(&toml).store).await.unwrap();
+    let e = store.check().await.unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Unreachable, "{e}");
+    assert!(
+        e.to_string()
+            .contains("cannot reach the store at http://127.0.0.1:9"),
+        "{e}"
+    );
+}
