@@ -56,7 +56,7 @@ enum Command {
     },
 }
 
-fn load(path: &PathBuf) -> Result<Config, ExitCode> {
+fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
     Config::load(path).map_err(|e| {
         eprintln!("error: {e}");
         ExitCode::from(2)

@@ -1,5 +1,7 @@
 //! The object store conformance suite against both backends, plus the errors users meet:
-//! a missing bucket, wrong credentials, an unreachable endpoint.
+//! a missing bucket and an unreachable endpoint. (LocalStack's community edition accepts any
+//! credentials, so refused credentials are covered by the unit test of `store::s3`'s error
+//! mapping.)
 
 mod common;
 
@@ -56,20 +58,6 @@ async fn missing_bucket_is_named_with_the_fix() {
         msg.contains("strata-no-such-bucket") && msg.contains("store.create_bucket"),
         "{msg}"
     );
-}
-
-#[tokio::test]
-async fn wrong_credentials_are_refused_without_leaking_them() {
-    let toml = s3_toml("p").replace(
-        "secret_key = \"test\"",
-        "secret_key = \"wrong-secret-value\"",
-    );
-    let store = strata::store::open(&config(&toml).store).await.unwrap();
-    let e = store.check().await.unwrap_err();
-    assert_eq!(e.kind, ErrorKind::Unauthorized, "{e}");
-    let msg = e.to_string();
-    assert!(msg.contains("store.access_key / store.secret_key"), "{msg}");
-    assert!(!msg.contains("wrong-secret-value"), "secret leaked: {msg}");
 }
 
 #[tokio::test]

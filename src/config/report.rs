@@ -83,7 +83,7 @@ pub fn render_report(origin: &str, c: &Config) -> String {
     );
     for t in &c.tasks {
         let f = &t.format;
-        let mut fmt = format!("{}", f.kind.as_str());
+        let mut fmt = f.kind.as_str().to_string();
         if f.compression != crate::format::Compression::None {
             let _ = write!(fmt, "+{}", f.compression.as_str());
         }

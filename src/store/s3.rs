@@ -130,29 +130,26 @@ impl S3Store {
         };
         let code = e.code().unwrap_or_default().to_string();
         let detail = self.scrub(DisplayErrorContext(&e).to_string());
-        let (kind, hint) = match &e {
-            SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => (
-                ErrorKind::Unreachable,
-                format!("cannot reach the store at {}; check store.endpoint and that the store is up", self.endpoint),
+        let failure = match &e {
+            SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => Failure::Network,
+            SdkError::ServiceError(_) => Failure::Service,
+            _ => Failure::Other,
+        };
+        let kind = classify(failure, &code, status);
+        let hint = match kind {
+            ErrorKind::Unreachable => format!(
+                "cannot reach the store at {}; check store.endpoint and that the store is up",
+                self.endpoint
             ),
-            SdkError::ServiceError(_) => match (code.as_str(), status) {
-                ("NoSuchKey" | "NotFound", _) | (_, Some(404)) if code != "NoSuchBucket" => {
-                    (ErrorKind::NotFound, "no such object".to_string())
-                }
-                ("NoSuchBucket", _) => (
-                    ErrorKind::NoSuchBucket,
-                    format!("bucket {:?} does not exist; create it or set store.create_bucket = true", self.bucket),
-                ),
-                ("InvalidAccessKeyId" | "SignatureDoesNotMatch" | "AccessDenied" | "InvalidToken" | "ExpiredToken", _) | (_, Some(401 | 403)) => (
-                    ErrorKind::Unauthorized,
-                    "access denied; check store.access_key / store.secret_key (or the AWS credential chain) and the bucket policy".to_string(),
-                ),
-                (_, Some(s)) if s >= 500 || code == "SlowDown" => {
-                    (ErrorKind::Service, "the store failed; strata retries".to_string())
-                }
-                _ => (ErrorKind::Service, "the store refused the request".to_string()),
-            },
-            _ => (ErrorKind::Service, "unexpected response from the store".to_string()),
+            ErrorKind::NoSuchBucket => format!(
+                "bucket {:?} does not exist; create it or set store.create_bucket = true",
+                self.bucket
+            ),
+            ErrorKind::NotFound => "no such object".to_string(),
+            ErrorKind::Unauthorized => "access denied; check store.access_key / store.secret_key \
+                (or the AWS credential chain) and the bucket policy"
+                .to_string(),
+            _ => "the store refused the request; strata retries transient failures".to_string(),
         };
         StoreError::new(
             kind,
@@ -285,13 +282,7 @@ impl ObjectStore for S3Store {
             .range(format!("bytes={}-{}", range.start, range.end - 1))
             .send()
             .await
-            .map_err(|e| {
-                let mut err = self.err(key, "ranged get", e);
-                if err.message.contains("InvalidRange") {
-                    err.kind = ErrorKind::InvalidInput;
-                }
-                err
-            })?;
+            .map_err(|e| self.err(key, "ranged get", e))?;
         out.body
             .collect()
             .await
@@ -424,6 +415,37 @@ impl ObjectStore for S3Store {
     }
 }
 
+/// How a request failed before its answer was classified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    Network,
+    Service,
+    Other,
+}
+
+/// Maps an S3 error code and HTTP status to what a caller does about it.
+fn classify(failure: Failure, code: &str, status: Option<u16>) -> ErrorKind {
+    match failure {
+        Failure::Network => ErrorKind::Unreachable,
+        Failure::Other => ErrorKind::Service,
+        Failure::Service => match (code, status) {
+            ("NoSuchBucket", _) => ErrorKind::NoSuchBucket,
+            ("NoSuchKey" | "NotFound", _) | (_, Some(404)) => ErrorKind::NotFound,
+            (
+                "InvalidAccessKeyId"
+                | "SignatureDoesNotMatch"
+                | "AccessDenied"
+                | "InvalidToken"
+                | "ExpiredToken",
+                _,
+            )
+            | (_, Some(401 | 403)) => ErrorKind::Unauthorized,
+            ("InvalidRange", _) | (_, Some(416)) => ErrorKind::InvalidInput,
+            _ => ErrorKind::Service,
+        },
+    }
+}
+
 struct S3Upload {
     store: S3Store,
     key: String,
@@ -530,5 +552,30 @@ impl MultipartUpload for S3Upload {
     async fn abort(self: Box<Self>) -> Result<(), StoreError> {
         self.abort_quietly().await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_map_to_what_users_fix() {
+        use ErrorKind::*;
+        let svc = |code, status| classify(Failure::Service, code, status);
+        assert_eq!(classify(Failure::Network, "", None), Unreachable);
+        assert_eq!(svc("InvalidAccessKeyId", Some(403)), Unauthorized);
+        assert_eq!(svc("SignatureDoesNotMatch", Some(403)), Unauthorized);
+        assert_eq!(
+            svc("", Some(403)),
+            Unauthorized,
+            "HEAD answers have no error body"
+        );
+        assert_eq!(svc("NoSuchBucket", Some(404)), NoSuchBucket);
+        assert_eq!(svc("NoSuchKey", Some(404)), NotFound);
+        assert_eq!(svc("", Some(404)), NotFound);
+        assert_eq!(svc("InvalidRange", Some(416)), InvalidInput);
+        assert_eq!(svc("SlowDown", Some(503)), Service);
+        assert_eq!(svc("InternalError", Some(500)), Service);
     }
 }

@@ -257,3 +257,81 @@ pub fn consume_all(topic: &str) -> Vec<Record> {
     }
     out
 }
+
+/// One archive object read back: its key, parsed name and records.
+pub struct ArchivedObject {
+    pub key: String,
+    pub name: strata::layout::ObjectName,
+    pub records: Vec<Record>,
+}
+
+/// Lists and decodes every archive object under `prefix` (keys relative to the store root).
+pub async fn read_archive(
+    store: &dyn ObjectStore,
+    prefix: &str,
+    text: strata::format::TextOptions,
+) -> Vec<ArchivedObject> {
+    let mut out = Vec::new();
+    for meta in store.list(prefix).await.expect("list archive") {
+        let file = meta.key.rsplit('/').next().unwrap_or_default();
+        let name = strata::layout::ObjectName::parse(file)
+            .unwrap_or_else(|| panic!("unexpected object {}", meta.key));
+        let spec = strata::format::FormatSpec::from_extension(&name.extension, text.clone())
+            .expect("known extension");
+        let data = store.get(&meta.key).await.expect("get object");
+        let records = strata::format::decode(&spec, &name.topic, data)
+            .unwrap_or_else(|e| panic!("decode {}: {e}", meta.key));
+        out.push(ArchivedObject {
+            key: meta.key,
+            name,
+            records,
+        });
+    }
+    out
+}
+
+/// Runs `strata dump --once` in-process with the given config text.
+pub async fn dump_once(toml: &str) -> Vec<strata::dump::Summary> {
+    init_logs();
+    let cfg = config(toml);
+    strata::dump::run(
+        &cfg,
+        strata::dump::DumpOptions { once: true },
+        Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    )
+    .await
+    .expect("dump --once")
+}
+
+/// Polls `check` until it holds or `secs` pass.
+pub async fn eventually<F, Fut>(secs: u64, what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if check().await {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {secs} s waiting for: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Path of the strata binary built for the tests.
+pub fn strata_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_strata")
+}
+
+/// Test logs go through the test harness's capture (shown for failing tests).
+pub fn init_logs() {
+    let filter = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_env_filter(filter)
+        .try_init();
+}

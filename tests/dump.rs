@@ -1,0 +1,489 @@
+//! Dump mode against the real broker, to `file://` and to LocalStack: formats, time
+//! directories, delimiters, keys, empty intervals, regex subscriptions and `--once`.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use strata::format::{Delimiter, Record, TextOptions};
+use strata::layout::TimeDirFormat;
+use strata::store::{FsStore, ObjectStore};
+
+/// Yesterday 22:00 UTC: sample records (one per second) cross hours, and the test that needs
+/// it crosses midnight. Recent, so the broker's 7-day retention keeps them.
+fn base_ts() -> i64 {
+    let midnight = chrono::Utc::now()
+        .date_naive()
+        .and_hms_opt(0, 0, 0)
+        .unwrap()
+        .and_utc();
+    midnight.timestamp_millis() - 2 * 3_600_000
+}
+
+fn utc_dir(ts: i64, pattern: &str) -> String {
+    chrono::DateTime::from_timestamp_millis(ts)
+        .unwrap()
+        .format(pattern)
+        .to_string()
+}
+
+fn task_toml(name: &str, topic: &str, extra: &str) -> String {
+    format!(
+        "[[tasks]]\nname = \"{name}\"\ntopics = [\"{topic}\"]\ndump_interval_secs = 2\n{extra}\n"
+    )
+}
+
+/// Checks the invariants every archive must hold and returns records by (partition, offset).
+fn check_layout(
+    objects: &[ArchivedObject],
+    dir: &str,
+    time_dir: &str,
+) -> BTreeMap<(i32, i64), Record> {
+    let fmt = TimeDirFormat::parse(time_dir).unwrap();
+    let mut by_offset = BTreeMap::new();
+    for o in objects {
+        assert!(!o.records.is_empty(), "{} is empty", o.key);
+        let first = &o.records[0];
+        if let (Some(p), Some(off)) = (first.partition, first.offset) {
+            assert_eq!(p, o.name.partition, "{}", o.key);
+            assert_eq!(
+                off, o.name.first_offset,
+                "object key names its first offset: {}",
+                o.key
+            );
+            // the time directory is the first record's
+            let period = fmt.period_start(first.timestamp.unwrap(), chrono_tz::Tz::UTC);
+            let dir = if dir.is_empty() {
+                String::new()
+            } else {
+                format!("{dir}/")
+            };
+            let want = format!(
+                "{dir}{}/{}",
+                fmt.render(period),
+                o.key.rsplit('/').next().unwrap()
+            );
+            assert_eq!(
+                o.key, want,
+                "key = dump directory / first record's time directory / name"
+            );
+        }
+        for r in &o.records {
+            if let (Some(p), Some(off)) = (r.partition, r.offset) {
+                assert!(
+                    by_offset.insert((p, off), r.clone()).is_none(),
+                    "offset {p}/{off} stored twice"
+                );
+            }
+        }
+    }
+    by_offset
+}
+
+fn assert_same_records(produced: &[Record], archived: &BTreeMap<(i32, i64), Record>, topic: &str) {
+    let consumed = consume_all(topic);
+    assert_eq!(consumed.len(), produced.len());
+    assert_eq!(
+        archived.len(),
+        consumed.len(),
+        "every record archived exactly once"
+    );
+    for c in &consumed {
+        let a = &archived[&(c.partition.unwrap(), c.offset.unwrap())];
+        assert_eq!(a, c, "archived record differs from the topic's");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lossless_formats_and_time_directories_to_file() {
+    let cases = [
+        ("jsonl", "none", "yyyy/MM/dd"),
+        ("jsonl", "zstd", "yyyy/MM/dd/HH"),
+        ("jsonl", "gzip", "dt=yyyy-MM-dd/hr=HH"),
+        ("parquet", "zstd", "yyyy"),
+        ("parquet", "snappy", "yyyy/MM"),
+        ("parquet", "none", "yyyy/MM/dd/HH/mm"),
+    ];
+    for (format, compression, time_dir) in cases {
+        let topic = unique(&format!("fmt-{format}-{compression}"));
+        create_topic(&topic, 3).await;
+        let produced = sample_records(&topic, 300, 3, base_ts());
+        produce(&produced).await;
+        let root = tempfile::tempdir().unwrap();
+        let toml = format!(
+            "{}{}",
+            file_toml(root.path()),
+            task_toml(&unique("task"), &topic, &format!("directory = \"arch/{format}\"\ntime_directory = \"{time_dir}\"\nformat = \"{format}\"\ncompression = \"{compression}\""))
+        );
+        let summary = dump_once(&toml).await;
+        assert_eq!(summary[0].records, 300, "{format}/{compression}");
+        let store = FsStore::new(root.path().to_path_buf());
+        let objects = read_archive(&store, "arch/", TextOptions::default()).await;
+        // 300 records one second apart from 22:00 span two hours and two days
+        let dirs: std::collections::BTreeSet<String> = objects
+            .iter()
+            .map(|o| o.key.rsplit_once('/').unwrap().0.to_string())
+            .collect();
+        let want_dirs = match time_dir {
+            "yyyy" | "yyyy/MM" => 1,
+            "yyyy/MM/dd" => 1, // 300 s from 22:00 stay on the same day
+            "yyyy/MM/dd/HH/mm" => 5,
+            _ => 1,
+        };
+        assert_eq!(dirs.len(), want_dirs, "{time_dir}: {dirs:?}");
+        let archived = check_layout(&objects, &format!("arch/{format}"), time_dir);
+        assert_same_records(&produced, &archived, &topic);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn records_later_in_time_roll_the_file_and_late_ones_stay() {
+    let topic = unique("timeroll");
+    create_topic(&topic, 1).await;
+    let hour = 3_600_000;
+    let mut recs = sample_records(&topic, 6, 1, base_ts());
+    // 22:00, 23:00, 22:30 (late: stays in the 23:00 file), 00:00 next day, ...
+    let times = [0, hour, hour / 2, 2 * hour, 2 * hour + 1, hour];
+    for (r, t) in recs.iter_mut().zip(times) {
+        r.timestamp = Some(base_ts() + t);
+    }
+    produce(&recs).await;
+    let root = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "{}{}",
+        file_toml(root.path()),
+        task_toml(
+            &unique("task"),
+            &topic,
+            "format = \"jsonl\"\ntime_directory = \"yyyy/MM/dd/HH\""
+        )
+    );
+    dump_once(&toml).await;
+    let objects = read_archive(
+        &FsStore::new(root.path().to_path_buf()),
+        "",
+        TextOptions::default(),
+    )
+    .await;
+    let keys: Vec<String> = objects.iter().map(|o| o.key.clone()).collect();
+    let base = topic.clone();
+    assert_eq!(
+        keys,
+        vec![
+            format!(
+                "{}/{base}+0+00000000000000000000.jsonl",
+                utc_dir(base_ts(), "%Y/%m/%d/%H")
+            ),
+            format!(
+                "{}/{base}+0+00000000000000000001.jsonl",
+                utc_dir(base_ts() + hour, "%Y/%m/%d/%H")
+            ),
+            format!(
+                "{}/{base}+0+00000000000000000003.jsonl",
+                utc_dir(base_ts() + 2 * hour, "%Y/%m/%d/%H")
+            ),
+        ]
+    );
+    let counts: Vec<usize> = objects.iter().map(|o| o.records.len()).collect();
+    assert_eq!(counts, vec![1, 2, 3]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn text_with_each_delimiter_and_keys_on_and_off() {
+    for (delim, delim_toml) in [
+        (Delimiter::Newline, "\\n"),
+        (Delimiter::Comma, ","),
+        (Delimiter::Semicolon, ";"),
+        (Delimiter::Pipe, "|"),
+        (Delimiter::None, "none"),
+    ] {
+        for store_key in [false, true] {
+            let topic = unique("text");
+            create_topic(&topic, 2).await;
+            let produced: Vec<Record> = (0..40)
+                .map(|i| Record {
+                    topic: topic.clone(),
+                    partition: Some(i % 2),
+                    key: Some(format!("k{i}").into_bytes()),
+                    value: Some(format!("v{i}").into_bytes()),
+                    timestamp: Some(base_ts()),
+                    ..Record::default()
+                })
+                .collect();
+            produce(&produced).await;
+            let root = tempfile::tempdir().unwrap();
+            let toml = format!(
+                "{}{}",
+                file_toml(root.path()),
+                task_toml(&unique("task"), &topic, &format!("record_delimiter = \"{delim_toml}\"\nstore_key = {store_key}\nkey_separator = \"=\"\ncompression = \"gzip\""))
+            );
+            dump_once(&toml).await;
+            let store = FsStore::new(root.path().to_path_buf());
+            let listed = store.list("").await.unwrap();
+            assert_eq!(listed.len(), 2, "one object per partition");
+            for meta in listed {
+                assert!(meta.key.ends_with(".txt.gz"), "{}", meta.key);
+                let raw = strata::format::decode(
+                    &strata::format::FormatSpec::from_extension(
+                        "txt.gz",
+                        TextOptions {
+                            delimiter: Delimiter::None,
+                            key_separator: None,
+                        },
+                    )
+                    .unwrap(),
+                    &topic,
+                    store.get(&meta.key).await.unwrap(),
+                );
+                assert!(raw.is_err(), "delimiter none cannot be split");
+                let name = strata::layout::ObjectName::parse(meta.key.rsplit('/').next().unwrap())
+                    .unwrap();
+                let plain = {
+                    use std::io::Read;
+                    let bytes = store.get(&meta.key).await.unwrap();
+                    let mut s = String::new();
+                    flate2::read::GzDecoder::new(&bytes[..])
+                        .read_to_string(&mut s)
+                        .unwrap();
+                    s
+                };
+                let d = delim
+                    .byte()
+                    .map(|b| (b as char).to_string())
+                    .unwrap_or_default();
+                let want: String = produced
+                    .iter()
+                    .filter(|r| r.partition == Some(name.partition))
+                    .map(|r| {
+                        let v = String::from_utf8(r.value.clone().unwrap()).unwrap();
+                        let k = String::from_utf8(r.key.clone().unwrap()).unwrap();
+                        if store_key {
+                            format!("{k}={v}{d}")
+                        } else {
+                            format!("{v}{d}")
+                        }
+                    })
+                    .collect();
+                assert_eq!(plain, want, "{delim:?} keys={store_key}");
+            }
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn once_stops_at_the_high_watermark_and_resumes_where_it_committed() {
+    let topic = unique("once");
+    create_topic(&topic, 2).await;
+    produce(&sample_records(&topic, 100, 2, base_ts())).await;
+    let root = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "{}{}",
+        file_toml(root.path()),
+        task_toml(&unique("task"), &topic, "format = \"jsonl\"")
+    );
+    let s = dump_once(&toml).await;
+    assert_eq!((s[0].records, s[0].objects), (100, 2));
+    // nothing new: a second run writes nothing and succeeds
+    let s = dump_once(&toml).await;
+    assert_eq!((s[0].records, s[0].objects), (0, 0));
+    produce(&sample_records(&topic, 30, 2, base_ts() + 1_000_000)).await;
+    let s = dump_once(&toml).await;
+    assert_eq!(s[0].records, 30);
+    let objects = read_archive(
+        &FsStore::new(root.path().to_path_buf()),
+        "",
+        TextOptions::default(),
+    )
+    .await;
+    assert_eq!(objects.len(), 4);
+    let archived = check_layout(&objects, "", "yyyy/MM/dd");
+    assert_eq!(archived.len(), 130);
+    let second_run_first: Vec<i64> = objects
+        .iter()
+        .map(|o| o.name.first_offset)
+        .filter(|o| *o > 0)
+        .collect();
+    assert_eq!(
+        second_run_first,
+        vec![50, 50],
+        "the next run starts at the committed offsets"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn once_with_a_missing_topic_fails_clearly() {
+    let root = tempfile::tempdir().unwrap();
+    let missing = unique("no-such-topic");
+    let cfg = config(&format!(
+        "{}{}",
+        file_toml(root.path()),
+        task_toml(&unique("task"), &missing, "")
+    ));
+    let err = strata::dump::run(
+        &cfg,
+        strata::dump::DumpOptions { once: true },
+        Arc::new(AtomicBool::new(false)),
+    )
+    .await
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&missing) && msg.contains("check the topic names"),
+        "{msg}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn empty_intervals_write_nothing_and_regex_picks_up_new_topics() {
+    let prefix = unique("rx");
+    let first = format!("{prefix}.a");
+    create_topic(&first, 1).await;
+    let root = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "{}[[tasks]]\nname = \"{}\"\ntopic_regex = \"{}\\\\..*\"\ndump_interval_secs = 1\ntopic_refresh_secs = 1\nformat = \"jsonl\"\n",
+        file_toml(root.path()),
+        unique("task"),
+        prefix.replace('-', "\\\\-")
+    );
+    let cfg = config(&toml);
+    let stop = Arc::new(AtomicBool::new(false));
+    let run = tokio::spawn({
+        let stop = stop.clone();
+        async move { strata::dump::run(&cfg, strata::dump::DumpOptions::default(), stop).await }
+    });
+    let store = FsStore::new(root.path().to_path_buf());
+    produce(&sample_records(&first, 10, 1, base_ts())).await;
+    eventually(60, "first object", || async {
+        store.list("").await.unwrap().len() == 1
+    })
+    .await;
+    // several empty intervals pass: no new object
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        store.list("").await.unwrap().len(),
+        1,
+        "an interval without data writes no object"
+    );
+    // a topic created after start that matches the regex is picked up
+    let second = format!("{prefix}.b");
+    create_topic(&second, 1).await;
+    let other = unique("unrelated");
+    create_topic(&other, 1).await;
+    eventually(60, "subscription to the new topic", || async {
+        produce(&sample_records(&second, 1, 1, base_ts())).await;
+        store
+            .list("")
+            .await
+            .unwrap()
+            .iter()
+            .any(|o| o.key.contains(&format!("{second}+0+")))
+    })
+    .await;
+    produce(&sample_records(&other, 5, 1, base_ts())).await;
+    stop.store(true, Ordering::Relaxed);
+    let summaries = run.await.unwrap().unwrap();
+    assert!(summaries[0].records >= 11);
+    let keys: Vec<String> = store
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    assert!(
+        keys.iter().all(|k| !k.contains(&other)),
+        "non-matching topic dumped: {keys:?}"
+    );
+    assert!(
+        keys.iter().all(|k| !k.contains("__")),
+        "internal topics never match: {keys:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dump_to_localstack_with_parquet_read_by_pyarrow() {
+    let topic = unique("s3pq");
+    create_topic(&topic, 2).await;
+    let produced = sample_records(&topic, 200, 2, base_ts());
+    produce(&produced).await;
+    let prefix = unique("dump-s3");
+    let toml = format!(
+        "{}{}",
+        s3_toml(&prefix),
+        task_toml(
+            &unique("task"),
+            &topic,
+            "format = \"parquet\"\ndirectory = \"pq\""
+        )
+    );
+    dump_once(&toml).await;
+    let store = s3_store(&prefix).await;
+    let objects = read_archive(store.as_ref(), "pq/", TextOptions::default()).await;
+    assert_eq!(objects.len(), 2);
+    let archived = check_layout(&objects, "pq", "yyyy/MM/dd");
+    assert_same_records(&produced, &archived, &topic);
+
+    // An independent reader (pyarrow) sees the same rows and columns.
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("p0.parquet");
+    std::fs::write(&local, store.get(&objects[0].key).await.unwrap()).unwrap();
+    let python =
+        std::env::var("STRATA_TEST_PYTHON").expect("STRATA_TEST_PYTHON (./dev test sets it)");
+    let script = r#"
+import sys, json, pyarrow.parquet as pq
+t = pq.read_table(sys.argv[1])
+rows = t.to_pylist()
+print(json.dumps({"schema": [f.name for f in t.schema], "n": t.num_rows,
+  "first": {"offset": rows[0]["offset"], "partition": rows[0]["partition"], "key": rows[0]["key"].decode(),
+            "headers": [[h["key"], None if h["value"] is None else h["value"].decode()] for h in rows[0]["headers"]],
+            "ts": rows[0]["timestamp"].isoformat()},
+  "nulls": sum(1 for r in rows if r["value"] is None)}))
+"#;
+    let out = std::process::Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(&local)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "pyarrow failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["schema"],
+        serde_json::json!([
+            "topic",
+            "partition",
+            "offset",
+            "timestamp",
+            "timestamp_type",
+            "key",
+            "value",
+            "headers"
+        ])
+    );
+    let ours = &objects[0].records;
+    assert_eq!(v["n"], ours.len());
+    assert_eq!(v["first"]["offset"], ours[0].offset.unwrap());
+    assert_eq!(
+        v["first"]["key"],
+        String::from_utf8(ours[0].key.clone().unwrap()).unwrap()
+    );
+    assert_eq!(
+        v["first"]["headers"],
+        serde_json::json!([["source", "cdc"], ["seq", "0"], ["seq", null]])
+    );
+    assert_eq!(
+        v["first"]["ts"],
+        utc_dir(base_ts(), "%Y-%m-%dT%H:%M:%S+00:00")
+    );
+    assert_eq!(
+        v["nulls"],
+        ours.iter().filter(|r| r.value.is_none()).count()
+    );
+}
