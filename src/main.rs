@@ -134,8 +134,38 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Restore { .. } => anyhow::bail!("restore is not yet implemented"),
-        Command::Tier { .. } => anyhow::bail!("tier is not yet implemented"),
+        Command::Restore { config } => {
+            let cfg = match config {
+                Some(path) => match load(&path) {
+                    Ok(c) => c,
+                    Err(code) => return Ok(code),
+                },
+                None => Config::embedded_default(),
+            };
+            start_logging(&cfg, cli.log_format)?;
+            let Some(restore) = cfg.restore.as_ref() else {
+                eprintln!("error: the config has no [restore] section; see config/example.toml");
+                return Ok(ExitCode::from(2));
+            };
+            strata::restore::run(restore, strata::restore::RestoreOptions::default())
+                .await
+                .context("restore failed")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Tier { config } => {
+            let cfg = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return Ok(code),
+            };
+            start_logging(&cfg, cli.log_format)?;
+            strata::telemetry::install_metrics(&cfg.telemetry).await?;
+            let stop = Arc::new(AtomicBool::new(false));
+            stop_on_signals(stop.clone());
+            strata::tier::serve(&cfg, stop)
+                .await
+                .context("tier failed")?;
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
