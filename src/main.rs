@@ -44,16 +44,92 @@ enum Command {
         #[arg(long)]
         once: bool,
     },
-    /// Replay archived objects back into Kafka.
-    Restore {
-        #[arg(long, short)]
-        config: Option<PathBuf>,
-    },
+    /// Replay archived objects back into Kafka (flags override the config file).
+    Restore(RestoreArgs),
     /// Serve the Kafka tiered-storage bridge (RemoteStorageManager) on this host.
     Tier {
         #[arg(long, short)]
         config: PathBuf,
     },
+}
+
+/// `strata restore` flags; each overrides the `[restore]` (or `[store]`/`[kafka]`) setting named.
+#[derive(clap::Args)]
+struct RestoreArgs {
+    /// Config file; without it, local Kafka and `file://./strata-archive` unless flags say otherwise.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// Archive location: `s3://bucket/prefix` or `file:///path` (store.url; S3 settings stay from [store]).
+    #[arg(long, value_name = "URL")]
+    source: Option<String>,
+    /// Dump directory inside the archive location (restore.directory).
+    #[arg(long, value_name = "DIR")]
+    directory: Option<String>,
+    /// Archived topics to restore, comma separated (restore.topics); default: all.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "A,B",
+        conflicts_with = "topic_regex"
+    )]
+    topics: Option<Vec<String>>,
+    /// Archived topics to restore, as one regular expression (restore.topic_regex).
+    #[arg(long, value_name = "RE")]
+    topic_regex: Option<String>,
+    /// Restore records with timestamps at or after this RFC 3339 time (restore.from).
+    #[arg(long, value_name = "RFC3339")]
+    from: Option<String>,
+    /// Restore records with timestamps before this RFC 3339 time (restore.to).
+    #[arg(long, value_name = "RFC3339")]
+    to: Option<String>,
+    /// Target topic = prefix + archived topic, e.g. `restored.` (restore.target_prefix).
+    #[arg(long, value_name = "P")]
+    target_prefix: Option<String>,
+    /// Explicit target for one archived topic; repeatable (restore.topic_map).
+    #[arg(long, value_name = "SOURCE=TARGET")]
+    topic_map: Vec<String>,
+    /// `original` (archived partition when the target has it, else key hash) or `key-hash`.
+    #[arg(long, value_name = "MODE")]
+    partitioning: Option<String>,
+    /// Target cluster (restore.kafka.bootstrap_servers, else kafka.bootstrap_servers).
+    #[arg(long, value_name = "HOST:PORT,...")]
+    bootstrap_servers: Option<String>,
+    /// Limit the restore to this many MiB of record bytes per second.
+    #[arg(long, value_name = "MIB")]
+    rate_limit_mib_per_sec: Option<f64>,
+    /// List the objects that would be read, with record counts and time spans; write nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Skip objects that fail to decode (counted in the summary) instead of stopping.
+    #[arg(long)]
+    skip_corrupt: bool,
+    /// Checkpoint file (default: ./strata-restore-<settings fingerprint>.json).
+    #[arg(long, value_name = "PATH")]
+    checkpoint: Option<String>,
+    /// Exactly once: one Kafka transaction per object, progress markers in the target cluster.
+    #[arg(long)]
+    exactly_once: bool,
+}
+
+impl RestoreArgs {
+    fn overrides(&self) -> strata::config::RestoreOverrides {
+        strata::config::RestoreOverrides {
+            source: self.source.clone(),
+            directory: self.directory.clone(),
+            topics: self.topics.clone(),
+            topic_regex: self.topic_regex.clone(),
+            from: self.from.clone(),
+            to: self.to.clone(),
+            target_prefix: self.target_prefix.clone(),
+            topic_map: self.topic_map.clone(),
+            partitioning: self.partitioning.clone(),
+            bootstrap_servers: self.bootstrap_servers.clone(),
+            rate_limit_mib_per_sec: self.rate_limit_mib_per_sec,
+            checkpoint: self.checkpoint.clone(),
+            skip_corrupt: self.skip_corrupt,
+            exactly_once: self.exactly_once,
+        }
+    }
 }
 
 fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
@@ -134,22 +210,35 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Restore { config } => {
-            let cfg = match config {
-                Some(path) => match load(&path) {
-                    Ok(c) => c,
-                    Err(code) => return Ok(code),
-                },
-                None => Config::embedded_default(),
+        Command::Restore(args) => {
+            let overrides = args.overrides();
+            let cfg = match Config::load_for_restore(args.config.as_deref(), &overrides) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(2));
+                }
             };
             start_logging(&cfg, cli.log_format)?;
             let Some(restore) = cfg.restore.as_ref() else {
-                eprintln!("error: the config has no [restore] section; see config/example.toml");
+                eprintln!("error: no [restore] settings; see config/example.toml");
                 return Ok(ExitCode::from(2));
             };
-            strata::restore::run(restore, strata::restore::RestoreOptions::default())
+            let stop = Arc::new(AtomicBool::new(false));
+            stop_on_signals(stop.clone());
+            let opts = strata::restore::RestoreOptions {
+                dry_run: args.dry_run,
+                stop,
+                progress_bar: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            };
+            let summary = strata::restore::run(restore, opts)
                 .await
                 .context("restore failed")?;
+            print!("{summary}");
+            if summary.would_fail(restore.skip_corrupt) {
+                eprintln!("error: the restore would stop at a corrupt object; fix it or pass --skip-corrupt");
+                return Ok(ExitCode::FAILURE);
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Tier { config } => {

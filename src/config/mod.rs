@@ -2,12 +2,14 @@
 //! mistake is reported with the key it concerns and the fix, all at once. Secrets may come from
 //! `${ENV}` variables and never leave [`Secret`] except into a client library.
 
+mod overrides;
 mod raw;
 mod report;
 mod secret;
 mod size;
 mod validate;
 
+pub use overrides::RestoreOverrides;
 pub use report::render_report;
 pub use secret::{expand, ExpandError, Secret};
 pub use size::ByteSize;
