@@ -487,3 +487,39 @@ print(json.dumps({"schema": [f.name for f in t.schema], "n": t.num_rows,
         ours.iter().filter(|r| r.value.is_none()).count()
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn latest_start_is_remembered_between_once_runs() {
+    let topic = unique("latest");
+    create_topic(&topic, 2).await;
+    produce(&sample_records(&topic, 20, 2, base_ts())).await;
+    let root = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "{}{}",
+        file_toml(root.path()),
+        task_toml(
+            &unique("task"),
+            &topic,
+            "format = \"jsonl\"\nstart_offset = \"latest\""
+        )
+    );
+    let s = dump_once(&toml).await;
+    assert_eq!(
+        s[0].records, 0,
+        "a new group at latest skips what is already there"
+    );
+    produce(&sample_records(&topic, 6, 2, base_ts())).await;
+    let s = dump_once(&toml).await;
+    assert_eq!(
+        s[0].records, 6,
+        "records produced after the first run are archived by the next"
+    );
+    let objects = read_archive(
+        &FsStore::new(root.path().to_path_buf()),
+        "",
+        TextOptions::default(),
+    )
+    .await;
+    let firsts: Vec<i64> = objects.iter().map(|o| o.name.first_offset).collect();
+    assert_eq!(firsts, vec![10, 10]);
+}

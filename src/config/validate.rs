@@ -235,6 +235,12 @@ const OWNED_PROPERTIES: &[(&str, &str)] = &[
         "enable.auto.offset.store",
         "nothing: strata commits only after an upload is durable",
     ),
+    ("auto.offset.reset", "tasks[].start_offset"),
+    ("enable.partition.eof", "nothing: `strata dump --once` sets it"),
+    (
+        "partition.assignment.strategy",
+        "nothing: strata uses cooperative-sticky so a rebalance only drops the buffers of moved partitions",
+    ),
 ];
 
 pub(super) fn validate(

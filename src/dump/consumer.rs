@@ -54,12 +54,24 @@ impl ClientContext for DumpContext {
     fn stats(&self, s: Statistics) {
         for (topic, t) in &s.topics {
             for (p, part) in &t.partitions {
-                if *p >= 0 && part.consumer_lag >= 0 {
+                if let (true, Some(lag)) = (*p >= 0, lag(part)) {
                     metrics::gauge!("strata_consumer_lag", "task" => self.task.clone(), "topic" => topic.clone(), "partition" => p.to_string())
-                        .set(part.consumer_lag as f64);
+                        .set(lag as f64);
                 }
             }
         }
+    }
+}
+
+/// Records not yet committed. librdkafka reports -1 before a partition's first commit; then
+/// everything retained is lag.
+fn lag(p: &rdkafka::statistics::Partition) -> Option<i64> {
+    if p.consumer_lag >= 0 {
+        Some(p.consumer_lag)
+    } else if p.committed_offset < 0 && p.hi_offset >= 0 && p.lo_offset >= 0 {
+        Some(p.hi_offset - p.lo_offset)
+    } else {
+        None
     }
 }
 

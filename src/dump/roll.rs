@@ -4,7 +4,7 @@
 use chrono::NaiveDateTime;
 use std::time::{Duration, Instant};
 
-/// Why a file was closed (also a log and metric label).
+/// Why a file was closed (a field of the "file closed" log line).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RollReason {
     /// The dump interval elapsed since the file's first record.

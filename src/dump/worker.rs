@@ -8,7 +8,7 @@
 use super::consumer::{self, AssignmentChange, DumpContext};
 use super::roll::{self, RollReason};
 use super::{DumpError, Summary};
-use crate::config::{DumpTask, KafkaConfig, TimeSource, TopicSelector};
+use crate::config::{DumpTask, KafkaConfig, StartOffset, TimeSource, TopicSelector};
 use crate::format::{Encoder, HeaderView, RecordView, TimestampType};
 use crate::layout::{object_key, ObjectName};
 use crate::store::ObjectStore;
@@ -308,15 +308,11 @@ impl State {
         for change in c.context().take_changes() {
             match change {
                 AssignmentChange::Assigned(list) => {
-                    let mut targets = Vec::new();
-                    for tp in list {
-                        if self.once {
-                            targets.push(tp.clone());
-                        }
-                        self.parts.entry(tp).or_default();
+                    for tp in &list {
+                        self.parts.entry(tp.clone()).or_default();
                     }
-                    if self.once {
-                        self.set_once_targets(c, &targets)?;
+                    if self.once || self.task.start_offset == StartOffset::Latest {
+                        self.note_start_positions(c, &list)?;
                     }
                     if self.paused {
                         self.set_paused(c, true);
@@ -338,8 +334,11 @@ impl State {
         Ok(!self.parts.is_empty())
     }
 
-    /// `--once`: note each partition's high watermark and where this group starts.
-    fn set_once_targets(
+    /// Where each newly assigned partition starts and ends now. A group without a committed
+    /// offset that starts at `latest` commits that position at once: otherwise a run that
+    /// stores nothing commits nothing, and the next run starts at the (later) end again,
+    /// skipping what arrived in between. `--once` also notes the high watermark as its target.
+    fn note_start_positions(
         &mut self,
         c: &BaseConsumer<DumpContext>,
         tps: &[(String, i32)],
@@ -356,6 +355,7 @@ impl State {
                     detail: e.to_string(),
                 })
             })?;
+        let mut initial = TopicPartitionList::new();
         for (t, p) in tps {
             let (low, high) = c
                 .fetch_watermarks(t, *p, Duration::from_secs(30))
@@ -368,15 +368,25 @@ impl State {
             let start = match committed.find_partition(t, *p).map(|e| e.offset()) {
                 Some(Offset::Offset(o)) => o.max(low),
                 _ => match self.task.start_offset {
-                    crate::config::StartOffset::Earliest => low,
-                    crate::config::StartOffset::Latest => high,
+                    StartOffset::Earliest => low,
+                    StartOffset::Latest => {
+                        let _ = initial.add_partition_offset(t, *p, Offset::Offset(high));
+                        high
+                    }
                 },
             };
-            if let Some(s) = self.parts.get_mut(&(t.clone(), *p)) {
-                s.target = Some(high);
-                s.next_offset = Some(start);
+            if self.once {
+                if let Some(s) = self.parts.get_mut(&(t.clone(), *p)) {
+                    s.target = Some(high);
+                    s.next_offset = Some(start);
+                }
+                tracing::info!(task = %self.task.name, topic = %t, partition = p, from = start, to = high, "--once: reading up to the high watermark noted at start");
             }
-            tracing::info!(task = %self.task.name, topic = %t, partition = p, from = start, to = high, "--once: reading up to the high watermark noted at start");
+        }
+        if initial.count() > 0 {
+            if let Err(e) = c.commit(&initial, CommitMode::Sync) {
+                tracing::warn!(task = %self.task.name, error = %e, "could not commit the starting position of a new group; a restart before the first upload starts at the end again");
+            }
         }
         Ok(())
     }
