@@ -1,0 +1,466 @@
+//! A size-bounded LRU cache of verified, decompressed chunks, in memory or in files under
+//! `tier.cache_dir`. One load per chunk at a time (single flight): readers of a chunk that is
+//! being fetched wait for that fetch instead of starting their own. Loads run as tasks of their
+//! own, so a reader that hangs up does not cancel a fetch others (or a prefetch) wait for.
+//!
+//! Disk entries are checked against the chunk's CRC-32C on every read: a damaged cache file is
+//! dropped and the chunk fetched again. The cache directory is emptied at start (a cold cache).
+
+use super::error::TierError;
+use super::stats;
+use bytes::Bytes;
+use futures::future::{BoxFuture, FutureExt, Shared};
+use lru::LruCache;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// One chunk of one stored `.log` object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ChunkKey {
+    pub object: Arc<str>,
+    pub index: u64,
+    /// Expected CRC-32C and length of the original bytes. Part of the key, so a segment copied
+    /// again with other content never hits stale entries, and disk entries can be verified.
+    pub crc32c: u32,
+    pub len: u64,
+}
+
+type Load = Shared<BoxFuture<'static, Result<Bytes, TierError>>>;
+
+#[derive(Clone)]
+pub struct ChunkCache {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for ChunkCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChunkCache")
+            .field("capacity", &self.inner.capacity)
+            .field("dir", &self.inner.dir)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    state: Mutex<State>,
+    capacity: u64,
+    /// `None`: entries live in memory.
+    dir: Option<PathBuf>,
+}
+
+struct State {
+    entries: LruCache<ChunkKey, Place>,
+    /// Bytes held by `entries`.
+    used: u64,
+    loading: HashMap<ChunkKey, Load>,
+    next_file: u64,
+}
+
+#[derive(Clone)]
+enum Place {
+    Memory(Bytes),
+    File(PathBuf),
+}
+
+enum Found {
+    Ready(Place),
+    Loading(Load),
+    Absent,
+}
+
+/// Name of the folder strata owns inside `tier.cache_dir` (and empties at start).
+const CHUNK_DIR: &str = "strata-chunks";
+
+impl ChunkCache {
+    pub fn memory(capacity: u64) -> Self {
+        Self::with_dir(capacity, None)
+    }
+
+    /// A cache in files under `dir/strata-chunks/`, emptied first.
+    pub async fn on_disk(dir: &Path, capacity: u64) -> Result<Self, TierError> {
+        let chunks = dir.join(CHUNK_DIR);
+        let path = chunks.clone();
+        tokio::task::spawn_blocking(move || {
+            match std::fs::remove_dir_all(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+            std::fs::create_dir_all(&path)
+        })
+        .await
+        .map_err(|e| TierError::Internal(format!("cache setup task failed: {e}")))?
+        .map_err(|e| TierError::CacheDir {
+            path: chunks.clone(),
+            source: TierError::io(e),
+        })?;
+        Ok(Self::with_dir(capacity, Some(chunks)))
+    }
+
+    fn with_dir(capacity: u64, dir: Option<PathBuf>) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                state: Mutex::new(State {
+                    entries: LruCache::unbounded(),
+                    used: 0,
+                    loading: HashMap::new(),
+                    next_file: 0,
+                }),
+                capacity,
+                dir,
+            }),
+        }
+    }
+
+    /// Bytes and entries held now (for tests and logs).
+    pub fn usage(&self) -> (u64, usize) {
+        let s = self.inner.lock();
+        (s.used, s.entries.len())
+    }
+
+    /// The chunk from the cache, from a load already running, or from `load` (whose result
+    /// must already be verified).
+    pub async fn get<F>(&self, key: &ChunkKey, load: F) -> Result<Bytes, TierError>
+    where
+        F: FnOnce() -> BoxFuture<'static, Result<Bytes, TierError>>,
+    {
+        match self.find(key) {
+            Found::Ready(Place::Memory(b)) => {
+                stats::cache_hit();
+                return Ok(b);
+            }
+            Found::Ready(Place::File(path)) => match read_verified(&path, key).await {
+                Ok(b) => {
+                    stats::cache_hit();
+                    return Ok(b);
+                }
+                Err(why) => {
+                    tracing::warn!(file = %path.display(), object = %key.object, chunk = key.index, %why, "dropping a bad chunk cache file; fetching the chunk again");
+                    self.forget(key);
+                }
+            },
+            Found::Loading(load) => {
+                stats::cache_hit();
+                return load.await;
+            }
+            Found::Absent => {}
+        }
+        stats::cache_miss();
+        self.start(key, load).await
+    }
+
+    /// Starts loading a chunk a sequential reader will soon want, unless it is cached or on its
+    /// way. Returns at once.
+    pub fn prefetch<F>(&self, key: &ChunkKey, load: F)
+    where
+        F: FnOnce() -> BoxFuture<'static, Result<Bytes, TierError>>,
+    {
+        if matches!(self.find(key), Found::Absent) {
+            stats::prefetch();
+            drop(self.start(key, load));
+        }
+    }
+
+    fn find(&self, key: &ChunkKey) -> Found {
+        let mut s = self.inner.lock();
+        if let Some(p) = s.entries.get(key) {
+            return Found::Ready(p.clone());
+        }
+        match s.loading.get(key) {
+            Some(l) => Found::Loading(l.clone()),
+            None => Found::Absent,
+        }
+    }
+
+    /// Runs `load` as a task and registers it, unless one is running already.
+    fn start<F>(&self, key: &ChunkKey, load: F) -> Load
+    where
+        F: FnOnce() -> BoxFuture<'static, Result<Bytes, TierError>>,
+    {
+        let mut s = self.inner.lock();
+        if let Some(l) = s.loading.get(key) {
+            return l.clone();
+        }
+        let fut = load();
+        let cache = self.clone();
+        let k = key.clone();
+        // The task settles the entry itself (under the lock this function holds until the
+        // load is registered), so it completes even when every reader has gone.
+        let task = tokio::spawn(async move {
+            let r = fut.await;
+            cache.settle(k, &r);
+            r
+        });
+        let load: Load = task
+            .map(|joined| {
+                joined.unwrap_or_else(|e| Err(TierError::Internal(format!("chunk load task: {e}"))))
+            })
+            .boxed()
+            .shared();
+        s.loading.insert(key.clone(), load.clone());
+        load
+    }
+
+    /// Files a finished load: memory entries at once; disk entries once their file is written
+    /// (until then, readers get the bytes from the finished load).
+    fn settle(&self, key: ChunkKey, r: &Result<Bytes, TierError>) {
+        let bytes = match r {
+            Ok(b) if (b.len() as u64) <= self.inner.capacity => b.clone(),
+            _ => {
+                self.inner.lock().loading.remove(&key);
+                return;
+            }
+        };
+        let Some(dir) = self.inner.dir.clone() else {
+            let evicted = self.insert(key, Place::Memory(bytes));
+            debug_assert!(evicted.is_empty());
+            return;
+        };
+        let n = {
+            let mut s = self.inner.lock();
+            s.next_file += 1;
+            s.next_file
+        };
+        let path = dir.join(format!("{n}.chunk"));
+        let cache = self.clone();
+        tokio::task::spawn_blocking(move || match std::fs::write(&path, &bytes) {
+            Ok(()) => {
+                for old in cache.insert(key, Place::File(path)) {
+                    let _ = std::fs::remove_file(old);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(file = %path.display(), error = %e, "cannot write to the chunk cache; serving without caching (check tier.cache_dir's free space)");
+                let _ = std::fs::remove_file(&path);
+                cache.inner.lock().loading.remove(&key);
+            }
+        });
+    }
+
+    /// Adds an entry, ends its load, evicts least recently used entries beyond the capacity.
+    /// Returns the files of evicted disk entries, for the caller to remove.
+    fn insert(&self, key: ChunkKey, place: Place) -> Vec<PathBuf> {
+        let mut s = self.inner.lock();
+        s.loading.remove(&key);
+        let len = key.len;
+        if let Some((_, old)) = s.entries.push(key.clone(), place) {
+            // Same key again (a load raced a forget): the old copy is replaced, not added.
+            s.used -= len;
+            if let Place::File(p) = old {
+                drop(s);
+                let _ = std::fs::remove_file(p);
+                s = self.inner.lock();
+            }
+        }
+        s.used += len;
+        let mut evicted = Vec::new();
+        while s.used > self.inner.capacity {
+            let Some((k, old)) = s.entries.pop_lru() else {
+                break;
+            };
+            s.used -= k.len;
+            if let Place::File(p) = old {
+                evicted.push(p);
+            }
+        }
+        evicted
+    }
+
+    fn forget(&self, key: &ChunkKey) {
+        let mut s = self.inner.lock();
+        if let Some(place) = s.entries.pop(key) {
+            s.used -= key.len;
+            if let Place::File(p) = place {
+                drop(s);
+                let _ = std::fs::remove_file(p);
+            }
+        }
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves consistent data (every update is one step).
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A cache file's bytes, if they are the chunk's.
+async fn read_verified(path: &Path, key: &ChunkKey) -> Result<Bytes, String> {
+    let data = tokio::fs::read(path).await.map_err(|e| e.to_string())?;
+    if data.len() as u64 != key.len {
+        return Err(format!("{} bytes, expected {}", data.len(), key.len));
+    }
+    let crc = crc32c::crc32c(&data);
+    if crc != key.crc32c {
+        return Err(format!("crc32c {crc:08x}, expected {:08x}", key.crc32c));
+    }
+    Ok(Bytes::from(data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    fn chunk(i: u8, len: usize) -> (ChunkKey, Bytes) {
+        let data = Bytes::from(vec![i; len]);
+        let key = ChunkKey {
+            object: Arc::from("t/0/x.log"),
+            index: i as u64,
+            crc32c: crc32c::crc32c(&data),
+            len: len as u64,
+        };
+        (key, data)
+    }
+
+    fn loader(
+        data: Bytes,
+        calls: Arc<AtomicUsize>,
+    ) -> impl FnOnce() -> BoxFuture<'static, Result<Bytes, TierError>> {
+        move || {
+            async move {
+                calls.fetch_add(1, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(data)
+            }
+            .boxed()
+        }
+    }
+
+    async fn settled(c: &ChunkCache, entries: usize) {
+        for _ in 0..200 {
+            if c.usage().1 == entries && c.inner.lock().loading.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("cache did not settle at {entries} entries: {:?}", c.usage());
+    }
+
+    #[tokio::test]
+    async fn concurrent_readers_share_one_load() {
+        let c = ChunkCache::memory(1 << 20);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (k, d) = chunk(1, 1000);
+        let gets = (0..8).map(|_| c.get(&k, loader(d.clone(), calls.clone())));
+        for r in futures::future::join_all(gets).await {
+            assert_eq!(r.unwrap(), d);
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert_eq!(
+            c.get(&k, loader(d.clone(), calls.clone())).await.unwrap(),
+            d
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "second read is a hit");
+    }
+
+    #[tokio::test]
+    async fn least_recently_used_chunks_leave_first() {
+        let c = ChunkCache::memory(2500);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (k1, d1) = chunk(1, 1000);
+        let (k2, d2) = chunk(2, 1000);
+        let (k3, d3) = chunk(3, 1000);
+        c.get(&k1, loader(d1.clone(), calls.clone())).await.unwrap();
+        c.get(&k2, loader(d2.clone(), calls.clone())).await.unwrap();
+        c.get(&k1, loader(d1.clone(), calls.clone())).await.unwrap(); // k1 now most recent
+        c.get(&k3, loader(d3.clone(), calls.clone())).await.unwrap(); // evicts k2
+        assert_eq!(c.usage(), (2000, 2));
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        c.get(&k1, loader(d1.clone(), calls.clone())).await.unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 3, "k1 stayed");
+        c.get(&k2, loader(d2.clone(), calls.clone())).await.unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 4, "k2 was evicted");
+    }
+
+    #[tokio::test]
+    async fn failed_loads_are_not_cached_and_chunks_larger_than_the_cache_pass_through() {
+        let c = ChunkCache::memory(500);
+        let (k, d) = chunk(1, 1000);
+        let err = c
+            .get(&k, || {
+                async { Err(TierError::Internal("boom".into())) }.boxed()
+            })
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("boom"));
+        let calls = Arc::new(AtomicUsize::new(0));
+        assert_eq!(
+            c.get(&k, loader(d.clone(), calls.clone())).await.unwrap(),
+            d
+        );
+        assert_eq!(
+            c.get(&k, loader(d.clone(), calls.clone())).await.unwrap(),
+            d
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert_eq!(c.usage(), (0, 0));
+    }
+
+    #[tokio::test]
+    async fn a_prefetched_chunk_is_a_hit() {
+        let c = ChunkCache::memory(1 << 20);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (k, d) = chunk(4, 100);
+        c.prefetch(&k, loader(d.clone(), calls.clone()));
+        c.prefetch(&k, loader(d.clone(), calls.clone()));
+        assert_eq!(
+            c.get(&k, loader(d.clone(), calls.clone())).await.unwrap(),
+            d
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn disk_entries_are_verified_and_evicted_files_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join(CHUNK_DIR)).unwrap();
+        std::fs::write(dir.path().join(CHUNK_DIR).join("stale"), b"x").unwrap();
+        let c = ChunkCache::on_disk(dir.path(), 2000).await.unwrap();
+        let files = || {
+            std::fs::read_dir(dir.path().join(CHUNK_DIR))
+                .unwrap()
+                .count()
+        };
+        assert_eq!(files(), 0, "the cache starts cold");
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (k1, d1) = chunk(1, 1000);
+        let (k2, d2) = chunk(2, 1000);
+        c.get(&k1, loader(d1.clone(), calls.clone())).await.unwrap();
+        settled(&c, 1).await;
+        // Damage the file: the next read notices, drops it and loads again.
+        let path = std::fs::read_dir(dir.path().join(CHUNK_DIR))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[10] ^= 0xff;
+        std::fs::write(&path, bytes).unwrap();
+        assert_eq!(
+            c.get(&k1, loader(d1.clone(), calls.clone())).await.unwrap(),
+            d1
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        settled(&c, 1).await;
+        assert_eq!(
+            c.get(&k1, loader(d1.clone(), calls.clone())).await.unwrap(),
+            d1
+        );
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            2,
+            "the rewritten file is a hit"
+        );
+        c.get(&k2, loader(d2.clone(), calls.clone())).await.unwrap();
+        settled(&c, 2).await;
+        let (k3, d3) = chunk(3, 1000);
+        c.get(&k3, loader(d3.clone(), calls.clone())).await.unwrap();
+        settled(&c, 2).await;
+        assert_eq!(files(), 2, "the evicted chunk's file is gone");
+        assert_eq!(c.usage().0, 2000);
+    }
+}
