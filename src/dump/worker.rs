@@ -38,6 +38,8 @@ struct OpenFile {
     first_offset: i64,
     last_offset: i64,
     period: NaiveDateTime,
+    /// UTC ms span of `period` when exact: records inside it skip the time-zone arithmetic.
+    span: Option<(i64, i64)>,
     time_dir: String,
     opened_at: Instant,
 }
@@ -126,6 +128,10 @@ struct State {
     subscribed: Vec<String>,
     next_refresh: Instant,
     metrics: Metrics,
+    /// Records and bytes consumed since the metrics were last updated (once per tick).
+    consumed: (u64, u64),
+    /// The key of the partition of the last message, reused while messages come in runs.
+    last_key: (String, i32),
     summary: Summary,
 }
 
@@ -157,6 +163,8 @@ impl Worker {
                 outage_since: None,
                 subscribed: Vec::new(),
                 next_refresh: Instant::now(),
+                consumed: (0, 0),
+                last_key: (String::new(), -1),
                 summary: Summary {
                     task: task.name.to_string(),
                     ..Summary::default()
@@ -414,14 +422,17 @@ impl State {
         c: &BaseConsumer<DumpContext>,
         m: &BorrowedMessage<'_>,
     ) -> Result<(), DumpError> {
-        let tp = (m.topic().to_string(), m.partition());
-        let Some(state) = self.parts.get(&tp) else {
+        // Messages come in runs per partition: reuse the key instead of allocating per record.
+        if self.last_key.1 != m.partition() || self.last_key.0 != m.topic() {
+            self.last_key = (m.topic().to_string(), m.partition());
+        }
+        let Some(state) = self.parts.get(&self.last_key) else {
             return Ok(());
         };
         if self.once && state.target.is_some_and(|t| m.offset() >= t) {
             // Past what `--once` was asked to read: leave it for the next run.
             let mut tpl = TopicPartitionList::new();
-            tpl.add_partition(&tp.0, tp.1);
+            tpl.add_partition(m.topic(), m.partition());
             let _ = c.pause(&tpl);
             return Ok(());
         }
@@ -434,16 +445,16 @@ impl State {
             TimeSource::Record => ts.unwrap_or_else(now_ms),
             TimeSource::Dump => now_ms(),
         };
-        let period = self
-            .task
-            .time_directory
-            .period_start(placed_at, self.task.time_zone);
-        let needs_roll = self
-            .parts
-            .get(&tp)
-            .and_then(|s| s.file.as_ref())
-            .is_some_and(|f| roll::rolls_before(f.period, period));
-        if needs_roll {
+        let open = state.file.as_ref();
+        let period = match open {
+            Some(f) if f.span.is_some_and(|(a, b)| a <= placed_at && placed_at < b) => f.period,
+            _ => self
+                .task
+                .time_directory
+                .period_start(placed_at, self.task.time_zone),
+        };
+        if open.is_some_and(|f| roll::rolls_before(f.period, period)) {
+            let tp = self.last_key.clone();
             self.close_file(&tp, RollReason::TimeDirectory)?;
             self.store_ready(c)?;
         }
@@ -467,38 +478,41 @@ impl State {
             value: m.payload(),
             headers: &headers,
         };
-        let Some(state) = self.parts.get_mut(&tp) else {
+        let Some(state) = self.parts.get_mut(&self.last_key) else {
             return Ok(());
         };
-        if state.file.is_none() {
-            state.file = Some(OpenFile {
-                encoder: Encoder::new(&self.task.format, &tp.0).map_err(|e| DumpError::Encode {
-                    task: self.task.name.to_string(),
-                    detail: e.to_string(),
+        let file = match &mut state.file {
+            Some(f) => f,
+            none => none.insert(OpenFile {
+                encoder: Encoder::new(&self.task.format, m.topic()).map_err(|e| {
+                    DumpError::Encode {
+                        task: self.task.name.to_string(),
+                        detail: e.to_string(),
+                    }
                 })?,
                 first_offset: m.offset(),
                 last_offset: m.offset(),
                 time_dir: self.task.time_directory.render(period),
+                span: self
+                    .task
+                    .time_directory
+                    .exact_span(period, self.task.time_zone),
                 period,
                 opened_at: Instant::now(),
-            });
-        }
-        let Some(file) = state.file.as_mut() else {
-            return Ok(());
+            }),
         };
         file.encoder.append(&view).map_err(|e| DumpError::Encode {
             task: self.task.name.to_string(),
             detail: e.to_string(),
         })?;
         file.last_offset = m.offset();
-        state.next_offset = Some(m.offset() + 1);
-        self.metrics.consumed_records.increment(1);
-        self.metrics
-            .consumed_bytes
-            .increment((m.payload_len() + m.key().map_or(0, <[u8]>::len)) as u64);
         let full =
             roll::rolls_on_size(file.encoder.output_bytes(), self.task.max_file_size.bytes());
+        state.next_offset = Some(m.offset() + 1);
+        self.consumed.0 += 1;
+        self.consumed.1 += (m.payload_len() + m.key().map_or(0, <[u8]>::len)) as u64;
         if full {
+            let tp = self.last_key.clone();
             self.close_file(&tp, RollReason::Size)?;
             self.store_ready(c)?;
         }
@@ -661,6 +675,9 @@ impl State {
     }
 
     fn tick(&mut self, c: &BaseConsumer<DumpContext>) -> Result<(), DumpError> {
+        let (records, bytes) = std::mem::take(&mut self.consumed);
+        self.metrics.consumed_records.increment(records);
+        self.metrics.consumed_bytes.increment(bytes);
         if !self.once {
             self.refresh_subscription(c)?;
         }

@@ -188,6 +188,20 @@ impl TimeDirFormat {
         out
     }
 
+    /// The UTC span `[start, end)` in ms of a period, when both ends are unambiguous local
+    /// times: every instant inside it then belongs to this period, so a caller may skip
+    /// [`Self::period_start`] for timestamps in the span (the dump hot path does).
+    pub fn exact_span(&self, period: NaiveDateTime, tz: Tz) -> Option<(i64, i64)> {
+        let single = |t: NaiveDateTime| match tz.from_local_datetime(&t) {
+            LocalResult::Single(x) => Some(x.timestamp_millis()),
+            _ => None,
+        };
+        Some((
+            single(period)?,
+            single(next_period(period, self.granularity)?)?,
+        ))
+    }
+
     /// Parses a rendered directory back into the UTC span `[start, end)` it covers, or `None`
     /// when the text does not follow the pattern.
     pub fn parse_dir(&self, dir: &str, tz: Tz) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
@@ -381,6 +395,51 @@ mod tests {
         let d = TimeDirFormat::parse("yyyy/MM/dd").unwrap();
         let (s, _) = d.parse_dir("2026/11/29", chrono_tz::Asia::Tokyo).unwrap();
         assert_eq!(s.to_rfc3339(), "2026-11-28T15:00:00+00:00");
+    }
+
+    #[test]
+    fn exact_span_agrees_with_period_start() {
+        let cases = [
+            ("yyyy/MM/dd/HH", chrono_tz::Europe::Berlin),
+            ("yyyy/MM/dd", chrono_tz::America::New_York),
+            ("yyyy/MM", Tz::UTC),
+            ("yyyy/MM/dd/HH/mm", chrono_tz::Asia::Kolkata),
+        ];
+        // hours around both 2026 Berlin transitions and a month end
+        let starts = [
+            ms("2026-03-29T00:00:00Z"),
+            ms("2026-10-25T00:00:00Z"),
+            ms("2026-11-30T22:00:00Z"),
+        ];
+        for (pattern, tz) in cases {
+            let f = TimeDirFormat::parse(pattern).unwrap();
+            for start in starts {
+                for step in 0..(4 * 60) {
+                    let t = start + step * 60_000 + 17_000;
+                    let period = f.period_start(t, tz);
+                    if let Some((a, b)) = f.exact_span(period, tz) {
+                        assert!(a <= t && t < b, "{pattern} {tz}: {t} outside its own span");
+                        for probe in [a, b - 1, (a + b) / 2] {
+                            assert_eq!(
+                                f.period_start(probe, tz),
+                                period,
+                                "{pattern} {tz}: span of {period} holds {probe} of another period"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        let hour = TimeDirFormat::parse("yyyy/MM/dd/HH").unwrap();
+        let ambiguous = NaiveDate::from_ymd_opt(2026, 10, 25)
+            .unwrap()
+            .and_hms_opt(2, 0, 0)
+            .unwrap();
+        assert_eq!(
+            hour.exact_span(ambiguous, chrono_tz::Europe::Berlin),
+            None,
+            "the repeated hour has no single span"
+        );
     }
 
     #[test]
