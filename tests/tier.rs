@@ -65,6 +65,11 @@ impl TierProcess {
             .args(["--log-format", "human", "tier", "--config"])
             .arg(config)
             .env("RUST_LOG", "info,strata=debug")
+            .envs(
+                std::env::var("TIER_TEST_MALLOC")
+                    .ok()
+                    .map(|v| ("MALLOC_MMAP_THRESHOLD_", v)),
+            )
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -686,6 +691,160 @@ async fn api_uncompressed_chunks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn api_zstd_chunks() {
     api_scenario("zstd", 128 << 10).await;
+}
+
+/// Peak and current resident memory of a process, in bytes (VmHWM, VmRSS).
+fn memory_of(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("{name} missing in /proc/{pid}/status"))
+            * 1024
+    };
+    (field("VmHWM:"), field("VmRSS:"))
+}
+
+/// Streams a fetch response: status, Content-Length, and the CRC-32C and size of the body.
+async fn fetch_digest(addr: &str, seg: &serde_json::Value) -> (u16, u64, u32, u64) {
+    let body =
+        serde_json::json!({"segment": seg, "start_position": 0, "end_position": null}).to_string();
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/fetch HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut pending = Vec::new();
+    let (mut status, mut length, mut crc, mut size, mut in_body) = (0u16, 0u64, 0u32, 0u64, false);
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(60), s.read(&mut buf))
+            .await
+            .expect("fetch stalled")
+            .unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        if in_body {
+            crc = crc32c::crc32c_append(crc, &buf[..n]);
+            size += n as u64;
+            continue;
+        }
+        pending.extend_from_slice(&buf[..n]);
+        if let Some(split) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&pending[..split]).to_ascii_lowercase();
+            status = head.split(' ').nth(1).unwrap().parse().unwrap();
+            length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .map_or(0, |v| v.trim().parse().unwrap());
+            crc = crc32c::crc32c(&pending[split + 4..]);
+            size = (pending.len() - split - 4) as u64;
+            in_body = true;
+        }
+    }
+    (status, length, crc, size)
+}
+
+/// A segment far larger than a chunk is copied and served with memory bounded by a few
+/// chunks, not by the segment: the upload streams, the reader streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn api_big_segment_memory_stays_within_a_few_chunks() {
+    init_logs();
+    const CHUNK: u64 = 4 << 20;
+    const SIZE: u64 = 256 << 20;
+    let tmp = tempfile::tempdir().unwrap();
+    let prefix = unique("tier-big");
+    let addr = free_addr();
+    let config = write_config(
+        tmp.path(),
+        "tier.toml",
+        &prefix,
+        &format!("[tier]\nlisten = \"{addr}\"\nprefix = \"tiered\"\nchunk_size = \"4MiB\"\ncache_size = \"16MiB\"\nprefetch_chunks = 2\n"),
+    );
+    let mut tier = TierProcess::start(&config, &addr, &tmp.path().join("tier.log")).await;
+    let pid = tier.child.as_ref().unwrap().id();
+
+    // The file: 1 MiB of noise, repeated, with the block number stamped in.
+    let log = tmp.path().join("00000000000000000000.log");
+    {
+        use std::io::Write;
+        let block = noise(42, 1 << 20);
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&log).unwrap());
+        for i in 0..(SIZE >> 20) {
+            f.write_all(&i.to_be_bytes()).unwrap();
+            f.write_all(&block[8..]).unwrap();
+        }
+        f.flush().unwrap();
+    }
+    let want_crc = {
+        use std::io::Read;
+        let mut f = std::fs::File::open(&log).unwrap();
+        let mut buf = vec![0u8; 1 << 20];
+        let mut crc = 0;
+        loop {
+            let n = f.read(&mut buf).unwrap();
+            if n == 0 {
+                break;
+            }
+            crc = crc32c::crc32c_append(crc, &buf[..n]);
+        }
+        crc
+    };
+    let empty = |name: &str| {
+        let p = tmp.path().join(name);
+        std::fs::write(&p, b"").unwrap();
+        p
+    };
+    let seg = serde_json::json!({
+        "topic": "tier-big", "topic_id": "AAECAwQFBgcICQoLDA0ODw", "partition": 0,
+        "segment_id": random_kafka_id(), "start_offset": 0, "end_offset": 1,
+        "max_timestamp_ms": 0, "event_timestamp_ms": 0, "broker_id": 1,
+        "segment_size_bytes": SIZE, "leader_epochs": [[0, 0]]
+    });
+    let copy = serde_json::json!({
+        "segment": seg,
+        "files": {"log": log, "offset_index": empty("i"), "time_index": empty("t"),
+                  "transaction_index": null, "producer_snapshot": empty("s")},
+        "leader_epoch_index": "",
+    });
+
+    let (_, before) = memory_of(pid);
+    let r = post(&addr, "/v1/copy", &copy).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let (peak, _) = memory_of(pid);
+    let grew = peak.saturating_sub(before);
+    eprintln!(
+        "copy of {} MiB: RSS {} MiB before, peak {} MiB",
+        SIZE >> 20,
+        before >> 20,
+        peak >> 20
+    );
+    assert!(
+        grew <= 8 * CHUNK,
+        "copying a {} MiB segment raised peak RSS by {} MiB (more than 8 chunks)",
+        SIZE >> 20,
+        grew >> 20
+    );
+
+    let (status, length, crc, size) = fetch_digest(&addr, &seg).await;
+    assert_eq!((status, length, size), (200, SIZE, SIZE));
+    assert_eq!(crc, want_crc, "served bytes differ");
+    let (peak2, _) = memory_of(pid);
+    eprintln!("fetch of {} MiB: peak {} MiB", SIZE >> 20, peak2 >> 20);
+    assert!(
+        peak2.saturating_sub(before) <= (16 << 20) + 10 * CHUNK,
+        "serving a {} MiB segment raised peak RSS by {} MiB (more than the 16 MiB cache and 10 chunks)",
+        SIZE >> 20,
+        peak2.saturating_sub(before) >> 20
+    );
+    let r = post(&addr, "/v1/delete", &serde_json::json!({"segment": seg})).await;
+    assert_eq!(r.status, 204);
+    tier.kill();
 }
 
 // ------------------------------------------------------------------------------------------

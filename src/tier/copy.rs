@@ -102,7 +102,8 @@ impl Copier {
         path: &Path,
         key: &str,
     ) -> Result<LogLayout, TierError> {
-        let mut up = SpillUpload::new(self.store.as_ref(), key);
+        let size = file_size(seg, path).await?;
+        let mut up = SpillUpload::new(self.store.as_ref(), key, size);
         let mut chunks = Vec::new();
         let result = async {
             let mut rx = read_pieces(
@@ -150,7 +151,11 @@ impl Copier {
         if let Some(t) = &f.transaction_index {
             files.push((IndexType::Transaction, t));
         }
-        let mut up = SpillUpload::new(self.store.as_ref(), key);
+        let mut expected = epochs.len() as u64;
+        for (_, path) in &files {
+            expected += file_size(seg, path).await?;
+        }
+        let mut up = SpillUpload::new(self.store.as_ref(), key, expected);
         let mut entries = Vec::new();
         let mut position = 0u64;
         let result = async {
@@ -269,6 +274,17 @@ fn read_pieces(
     rx
 }
 
+async fn file_size(seg: &SegmentMetadata, path: &Path) -> Result<u64, TierError> {
+    tokio::fs::metadata(path)
+        .await
+        .map(|m| m.len())
+        .map_err(|e| TierError::ReadFile {
+            segment: seg.describe(),
+            path: path.to_path_buf(),
+            source: TierError::io(e),
+        })
+}
+
 /// Fills `buf` unless the file ends first; returns the bytes read.
 fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
     let mut filled = 0;
@@ -283,61 +299,55 @@ fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize>
     Ok(filled)
 }
 
-/// An upload that stays one PUT while small and turns into a multipart upload once it
-/// outgrows [`SINGLE_PUT_MAX`].
+/// An upload that is one PUT for small objects and a multipart upload for large ones, decided
+/// by the expected size so that large objects are never gathered in memory (and a small one
+/// that turns out larger switches on the way).
 struct SpillUpload<'a> {
     store: &'a dyn ObjectStore,
     key: &'a str,
-    pending: Vec<Bytes>,
-    pending_len: usize,
+    /// Gathered bytes of a small object.
+    pending: BytesMut,
     multipart: Option<Box<dyn MultipartUpload>>,
+    /// Expected to exceed [`SINGLE_PUT_MAX`]: go multipart at the first write.
+    large: bool,
 }
 
 impl<'a> SpillUpload<'a> {
-    fn new(store: &'a dyn ObjectStore, key: &'a str) -> Self {
+    fn new(store: &'a dyn ObjectStore, key: &'a str, expected: u64) -> Self {
+        let large = expected > SINGLE_PUT_MAX as u64;
         Self {
             store,
             key,
-            pending: Vec::new(),
-            pending_len: 0,
+            pending: BytesMut::with_capacity(if large { 0 } else { expected as usize }),
             multipart: None,
+            large,
         }
     }
 
     async fn write(&mut self, data: Bytes) -> Result<(), StoreError> {
-        if let Some(mp) = self.multipart.as_mut() {
-            return stats::timed("upload_part", mp.write(data)).await;
-        }
-        self.pending_len += data.len();
-        self.pending.push(data);
-        if self.pending_len > SINGLE_PUT_MAX {
+        if self.multipart.is_none()
+            && (self.large || self.pending.len() + data.len() > SINGLE_PUT_MAX)
+        {
             let mut mp = stats::timed("start_upload", self.store.put_multipart(self.key)).await?;
-            for b in self.pending.drain(..) {
-                stats::timed("upload_part", mp.write(b)).await?;
+            if !self.pending.is_empty() {
+                let gathered = std::mem::take(&mut self.pending).freeze();
+                stats::timed("upload_part", mp.write(gathered)).await?;
             }
-            self.pending_len = 0;
             self.multipart = Some(mp);
         }
-        Ok(())
+        match self.multipart.as_mut() {
+            Some(mp) => stats::timed("upload_part", mp.write(data)).await,
+            None => {
+                self.pending.extend_from_slice(&data);
+                Ok(())
+            }
+        }
     }
 
     async fn finish(self) -> Result<(), StoreError> {
         match self.multipart {
             Some(mp) => stats::timed("complete_upload", mp.finish()).await,
-            None => {
-                let data = match self.pending.len() {
-                    0 => Bytes::new(),
-                    1 => self.pending.into_iter().next().unwrap_or_default(),
-                    _ => {
-                        let mut all = BytesMut::with_capacity(self.pending_len);
-                        for b in &self.pending {
-                            all.extend_from_slice(b);
-                        }
-                        all.freeze()
-                    }
-                };
-                stats::timed("put", self.store.put(self.key, data)).await
-            }
+            None => stats::timed("put", self.store.put(self.key, self.pending.freeze())).await,
         }
     }
 
