@@ -336,7 +336,15 @@ impl fmt::Display for TopicSelector {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             TopicSelector::List(l) => write!(f, "[{}]", l.join(", ")),
-            TopicSelector::Regex(r) => write!(f, "/{}/", r.as_str()),
+            // Shown as the user wrote it, without the anchors validation added.
+            TopicSelector::Regex(r) => {
+                let p = r.as_str();
+                let inner = p
+                    .strip_prefix("^(?:")
+                    .and_then(|x| x.strip_suffix(")$"))
+                    .unwrap_or(p);
+                write!(f, "/{inner}/")
+            }
         }
     }
 }

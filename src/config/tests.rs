@@ -371,3 +371,29 @@ fn known_key_lists_match_the_raw_structs() {
         assert!(!err.contains("unknown key"), "{table}: {err}");
     }
 }
+
+#[test]
+fn text_only_and_regex_only_keys_are_refused_elsewhere() {
+    let found = issues("[[tasks]]\nname = \"js-task\"\ntopics = [\"a\"]\nformat = \"jsonl\"\nstore_key = true\ntopic_refresh_secs = 5\n");
+    assert!(
+        found.iter().any(|i| i
+            .message
+            .contains("store_key and key_separator apply to format = \"text\" only")),
+        "{found:#?}"
+    );
+    assert!(
+        found
+            .iter()
+            .any(|i| i.key == "tasks[0].topic_refresh_secs"
+                && i.message.contains("topic_regex only")),
+        "{found:#?}"
+    );
+    assert_eq!(found.len(), 2, "{found:#?}");
+}
+
+#[test]
+fn regex_is_shown_as_written() {
+    let c = load("[[tasks]]\nname = \"rx-task\"\ntopic_regex = \"audit\\\\..+\"\n").unwrap();
+    assert_eq!(c.tasks[0].topics.to_string(), "/audit\\..+/");
+    assert!(c.tasks[0].topics.matches("audit.x") && !c.tasks[0].topics.matches("xaudit.x"));
+}

@@ -835,8 +835,12 @@ fn task(cx: &mut Ctx<'_>, k: &str, raw: &RawTask, store: &StoreConfig) -> Option
         raw.store_key,
         &raw.key_separator,
     );
-    if kind != FormatKind::Text && (raw.record_delimiter.is_some() || raw.key_separator.is_some()) {
-        cx.push(format!("{k}.record_delimiter"), format!("record_delimiter and key_separator apply to format = \"text\" only; format \"{}\" keeps record boundaries and keys itself", kind.as_str()));
+    if kind != FormatKind::Text
+        && (raw.record_delimiter.is_some()
+            || raw.key_separator.is_some()
+            || raw.store_key.is_some())
+    {
+        cx.push(format!("{k}.record_delimiter"), format!("record_delimiter, store_key and key_separator apply to format = \"text\" only; format \"{}\" keeps record boundaries and keys itself", kind.as_str()));
     }
     let format = FormatSpec::new(kind, compression, text)
         .map_err(|e| cx.push(format!("{k}.compression"), e.to_string()))
@@ -857,6 +861,9 @@ fn task(cx: &mut Ctx<'_>, k: &str, raw: &RawTask, store: &StoreConfig) -> Option
         .unwrap_or(defaults::TOPIC_REFRESH_SECS);
     if refresh == 0 {
         cx.push(format!("{k}.topic_refresh_secs"), "must be at least 1");
+    }
+    if raw.topic_refresh_secs.is_some() && raw.topic_regex.is_none() {
+        cx.push(format!("{k}.topic_refresh_secs"), "applies to topic_regex only: a topic list is watched by the consumer itself; remove it");
     }
     if cx.issues.len() > before {
         return None;
