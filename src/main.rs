@@ -45,7 +45,7 @@ enum Command {
         once: bool,
     },
     /// Replay archived objects back into Kafka (flags override the config file).
-    Restore(RestoreArgs),
+    Restore(Box<RestoreArgs>),
     /// Serve the Kafka tiered-storage bridge (RemoteStorageManager) on this host.
     Tier {
         #[arg(long, short)]

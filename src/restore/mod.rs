@@ -160,6 +160,20 @@ impl RestoreSummary {
     }
 }
 
+/// "3 outside the time range, 1 corrupt", or "none".
+fn reasons(counts: &[(u64, &str)]) -> String {
+    let parts: Vec<String> = counts
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, why)| format!("{n} {why}"))
+        .collect();
+    if parts.is_empty() {
+        "none".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
 fn mib(b: u64) -> f64 {
     b as f64 / 1048576.0
 }
@@ -172,7 +186,7 @@ impl fmt::Display for RestoreSummary {
             let secs = self.duration.as_secs_f64();
             writeln!(
                 f,
-                "restored {} object(s), {} record(s), {:.2} MiB in {:.1}s ({:.2} MiB/s)",
+                "restored {} object(s), {} record(s), {:.2} MiB in {:.2}s ({:.2} MiB/s)",
                 self.objects,
                 self.records,
                 mib(self.bytes),
@@ -188,23 +202,25 @@ impl fmt::Display for RestoreSummary {
             writeln!(f, "  {src} -> {dst}")?;
         }
         let s = &self.skipped_objects;
-        writeln!(
-            f,
-            "skipped records: {} outside the time range, {} already sent (overlapping offsets)",
-            self.records_out_of_range, self.records_duplicate
-        )?;
-        writeln!(
-            f,
-            "skipped objects: {} already restored (checkpoint), {} before the time range, {} after it, {} of other topics, {} corrupt, {} with unknown extensions, {} foreign, {} misplaced",
-            s.finished,
-            s.before_range,
-            s.after_range,
-            s.other_topics,
-            self.corrupt.len(),
-            s.unknown_format.len(),
-            s.not_archive,
-            s.misplaced
-        )?;
+        let records = reasons(&[
+            (self.records_out_of_range, "outside the time range"),
+            (
+                self.records_duplicate,
+                "already sent (offsets repeated by overlapping objects)",
+            ),
+        ]);
+        writeln!(f, "skipped records: {records}")?;
+        let objects = reasons(&[
+            (s.finished, "already restored (checkpoint)"),
+            (s.before_range, "before the time range"),
+            (s.after_range, "after the time range"),
+            (s.other_topics, "of other topics"),
+            (self.corrupt.len() as u64, "corrupt"),
+            (s.unknown_format.len() as u64, "with unknown extensions"),
+            (s.not_archive, "foreign (not archive names)"),
+            (s.misplaced, "outside the time directory pattern"),
+        ]);
+        writeln!(f, "skipped objects: {objects}")?;
         for c in &self.corrupt {
             writeln!(f, "  corrupt: {c}")?;
         }
@@ -259,7 +275,9 @@ pub async fn run(
     // Exactly once: the target's committed markers are the truth about finished objects.
     let mut eos_producers = None;
     if cfg.exactly_once && !opts.dry_run {
-        let (producers, markers) = eos_setup(cfg, &fingerprint).await?;
+        let largest = listing.iter().map(|o| o.size).max().unwrap_or(0);
+        let timeout = produce::transaction_timeout(largest, cfg.rate_limit_bytes_per_sec);
+        let (producers, markers) = eos_setup(cfg, &fingerprint, timeout).await?;
         for (object, m) in markers {
             checkpoint.mark(
                 &object,
@@ -542,6 +560,7 @@ async fn wait_for_topic(
 async fn eos_setup(
     cfg: &RestoreConfig,
     fingerprint: &str,
+    txn_timeout: Duration,
 ) -> Result<(Vec<RestoreProducer>, Vec<(String, eos::Marker)>), RestoreError> {
     let servers = crate::kafka::servers(&cfg.kafka);
     let kafka = cfg.kafka.clone();
@@ -553,7 +572,8 @@ async fn eos_setup(
     tokio::task::spawn_blocking(move || {
         let mut producers = Vec::with_capacity(WORKERS);
         for w in 0..WORKERS {
-            let p = RestoreProducer::new(&kafka, 1, Some(&eos::transactional_id(&fp, w)))?;
+            let id = eos::transactional_id(&fp, w);
+            let p = RestoreProducer::new(&kafka, 1, Some((&id, txn_timeout)))?;
             p.init_transactions()
                 .map_err(|detail| RestoreError::Transaction {
                     servers: servers.clone(),

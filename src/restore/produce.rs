@@ -32,6 +32,18 @@ const GUARDED: &[&str] = &[
 /// How long transactional calls (init, commit, abort) may take.
 pub const TXN_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The transaction timeout of an exactly-once restore: one object is one transaction, so it
+/// must cover sending the largest object at the rate limit. Kept as short as that allows: a
+/// killed restore's open transaction holds back `read_committed` readers of the target until
+/// the broker aborts it (or the restore is resumed, which fences it at once). The broker's
+/// `transaction.max.timeout.ms` (15 min by default) is the ceiling.
+pub fn transaction_timeout(largest_object: u64, rate_bytes_per_sec: Option<f64>) -> Duration {
+    const BASE: f64 = 120.0;
+    const MAX: f64 = 900.0;
+    let send = rate_bytes_per_sec.map_or(0.0, |r| 2.0 * largest_object as f64 / r);
+    Duration::from_secs_f64((BASE + send).min(MAX))
+}
+
 #[derive(Default)]
 struct Slot {
     acked: AtomicU64,
@@ -105,12 +117,12 @@ pub struct RestoreProducer {
 }
 
 impl RestoreProducer {
-    /// A producer with `slots` delivery counters; `transactional_id` makes it transactional
-    /// (call [`Self::init_transactions`] before use).
+    /// A producer with `slots` delivery counters; `transactional` (id, timeout) makes it
+    /// transactional (call [`Self::init_transactions`] before use).
     pub fn new(
         k: &KafkaConfig,
         slots: usize,
-        transactional_id: Option<&str>,
+        transactional: Option<(&str, Duration)>,
     ) -> Result<Self, KafkaError> {
         let mut c: ClientConfig = client_config(k);
         c.set("enable.idempotence", "true")
@@ -128,10 +140,9 @@ impl RestoreProducer {
                 c.set(key, value);
             }
         }
-        if let Some(id) = transactional_id {
+        if let Some((id, timeout)) = transactional {
             c.set("transactional.id", id)
-                // One object is one transaction; a rate-limited object may take minutes.
-                .set("transaction.timeout.ms", "900000");
+                .set("transaction.timeout.ms", timeout.as_millis().to_string());
         }
         let context = RestoreContext {
             slots: (0..slots.max(1)).map(|_| Slot::default()).collect(),
@@ -173,15 +184,18 @@ impl RestoreProducer {
         partition: Option<i32>,
         r: &Record,
     ) -> Result<(), String> {
-        let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
-        for h in &r.headers {
-            headers = headers.insert(Header {
-                key: &h.key,
-                value: h.value.as_deref(),
-            });
+        let mut rec: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(topic, slot);
+        // Kafka does not tell "no headers" from an empty list; skip the allocation.
+        if !r.headers.is_empty() {
+            let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
+            for h in &r.headers {
+                headers = headers.insert(Header {
+                    key: &h.key,
+                    value: h.value.as_deref(),
+                });
+            }
+            rec = rec.headers(headers);
         }
-        let mut rec: BaseRecord<'_, [u8], [u8], usize> =
-            BaseRecord::with_opaque_to(topic, slot).headers(headers);
         if let Some(k) = &r.key {
             rec = rec.key(k.as_slice());
         }
@@ -297,5 +311,27 @@ impl RestoreProducer {
     /// Waits for everything queued (used before dropping the producer).
     pub fn flush(&self, timeout: Duration) {
         let _ = self.inner.flush(timeout);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transaction_timeout_covers_a_rate_limited_object() {
+        assert_eq!(
+            transaction_timeout(64 << 20, None),
+            Duration::from_secs(120)
+        );
+        // 8 MiB at 1 MiB/s: 16 s of margin on top.
+        assert_eq!(
+            transaction_timeout(8 << 20, Some(1048576.0)),
+            Duration::from_secs(136)
+        );
+        assert_eq!(
+            transaction_timeout(1 << 30, Some(1024.0)),
+            Duration::from_secs(900)
+        );
     }
 }

@@ -1,0 +1,1026 @@
+//! Restore mode against the real broker and LocalStack: lossless round trips (jsonl, parquet),
+//! time ranges, text, dry run, kill -9 and resume (at least once and exactly once), and the
+//! failures a user must be told about clearly.
+
+mod common;
+
+use common::*;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+use strata::format::{Header, Record, TextOptions, TimestampType};
+use strata::restore::{RestoreError, RestoreOptions, RestoreSummary};
+use strata::store::FsStore;
+
+/// Yesterday 22:00 UTC, like the dump tests: recent enough for the broker's retention.
+fn base_ts() -> i64 {
+    let midnight = chrono::Utc::now()
+        .date_naive()
+        .and_hms_opt(0, 0, 0)
+        .unwrap()
+        .and_utc();
+    midnight.timestamp_millis() - 2 * 3_600_000
+}
+
+fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap()
+        .to_rfc3339()
+}
+
+fn dump_task(topic: &str, dir: &str, extra: &str) -> String {
+    format!(
+        "[[tasks]]\nname = \"{}\"\ntopics = [\"{topic}\"]\ndump_interval_secs = 300\ndirectory = \"{dir}\"\n{extra}\n",
+        unique("task")
+    )
+}
+
+/// Creates `topic`, produces `records` into it and dumps it with `store` + `task` TOML.
+async fn archive(topic: &str, partitions: i32, records: &[Record], store: &str, task: &str) {
+    create_topic(topic, partitions).await;
+    produce(records).await;
+    dump_once(&format!("{store}{task}")).await;
+}
+
+async fn restore_with(toml: &str, dry_run: bool) -> Result<RestoreSummary, RestoreError> {
+    init_logs();
+    let cfg = config(toml);
+    let r = cfg.restore.expect("[restore] section");
+    strata::restore::run(
+        &r,
+        RestoreOptions {
+            dry_run,
+            ..RestoreOptions::default()
+        },
+    )
+    .await
+}
+
+async fn restore(toml: &str) -> RestoreSummary {
+    restore_with(toml, false)
+        .await
+        .unwrap_or_else(|e| panic!("restore failed: {e}"))
+}
+
+/// What must survive a round trip, per record.
+type Comparable = (
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+    Vec<Header>,
+    Option<i64>,
+    TimestampType,
+);
+
+fn comparable(r: &Record) -> Comparable {
+    (
+        r.key.clone(),
+        r.value.clone(),
+        r.headers.clone(),
+        r.timestamp,
+        r.timestamp_type,
+    )
+}
+
+/// What a text archive keeps of a record.
+type KeyValue = (Option<Vec<u8>>, Option<Vec<u8>>);
+
+/// Records per partition, in offset order.
+fn by_partition(records: &[Record]) -> BTreeMap<i32, Vec<Record>> {
+    let mut m: BTreeMap<i32, Vec<Record>> = BTreeMap::new();
+    for r in records {
+        m.entry(r.partition.unwrap()).or_default().push(r.clone());
+    }
+    for v in m.values_mut() {
+        v.sort_by_key(|r| r.offset);
+    }
+    m
+}
+
+fn assert_same_per_partition(source: &[Record], target: &[Record]) {
+    let (s, t) = (by_partition(source), by_partition(target));
+    assert_eq!(
+        s.keys().collect::<Vec<_>>(),
+        t.keys().collect::<Vec<_>>(),
+        "same partitions"
+    );
+    for (p, recs) in &s {
+        let want: Vec<Comparable> = recs.iter().map(comparable).collect();
+        let got: Vec<Comparable> = t[p].iter().map(comparable).collect();
+        assert_eq!(want.len(), got.len(), "partition {p}: record count");
+        for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+            assert_eq!(w, g, "partition {p}, record {i} differs");
+        }
+    }
+}
+
+/// The `seq` header sample_records sets: the record's identity.
+fn seq(r: &Record) -> usize {
+    let h = r
+        .headers
+        .iter()
+        .find(|h| h.key == "seq" && h.value.is_some())
+        .expect("seq header");
+    String::from_utf8(h.value.clone().unwrap())
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// Reads a topic to its end with read_committed (works with transaction markers, where
+/// `consume_all`'s offset arithmetic does not).
+fn consume_committed(topic: &str) -> Vec<Record> {
+    let admin = strata::kafka::Admin::new(&kafka_config()).unwrap();
+    let parts = admin.partition_count(topic).unwrap().expect("topic exists");
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", unique("reader"))
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..parts {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    c.assign(&tpl).unwrap();
+    let mut eof = BTreeSet::new();
+    let mut out = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while eof.len() < parts as usize {
+        assert!(Instant::now() < deadline, "reading {topic} timed out");
+        match c.poll(Duration::from_millis(500)) {
+            None => {}
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                eof.insert(p);
+            }
+            Some(Err(e)) => panic!("consume {topic}: {e}"),
+            Some(Ok(m)) => {
+                eof.remove(&m.partition());
+                out.push(Record {
+                    topic: topic.to_string(),
+                    partition: Some(m.partition()),
+                    offset: Some(m.offset()),
+                    timestamp: m.timestamp().to_millis(),
+                    timestamp_type: TimestampType::CreateTime,
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                    headers: m
+                        .headers()
+                        .map(|hs| {
+                            hs.iter()
+                                .map(|h| Header {
+                                    key: h.key.to_string(),
+                                    value: h.value.map(<[u8]>::to_vec),
+                                })
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                });
+            }
+        }
+    }
+    out
+}
+
+fn topic_exists(topic: &str) -> bool {
+    strata::kafka::Admin::new(&kafka_config())
+        .unwrap()
+        .partition_count(topic)
+        .unwrap()
+        .is_some()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn lossless_round_trip_through_localstack() {
+    for (format, compression) in [("jsonl", "gzip"), ("parquet", "zstd")] {
+        let topic = unique(&format!("rt-{format}"));
+        let prefix = unique("restore-rt");
+        let produced = sample_records(&topic, 400, 3, base_ts());
+        archive(
+            &topic,
+            3,
+            &produced,
+            &s3_toml(&prefix),
+            &dump_task(
+                &topic,
+                "backup",
+                &format!("format = \"{format}\"\ncompression = \"{compression}\"\ntime_directory = \"yyyy/MM/dd/HH\""),
+            ),
+        )
+        .await;
+        let cp = tempfile::tempdir().unwrap();
+        let summary = restore(&format!(
+            "{}[restore]\ndirectory = \"backup\"\ntime_directory = \"yyyy/MM/dd/HH\"\ntopics = [\"{topic}\"]\ntarget_prefix = \"restored.\"\ncheckpoint = \"{}\"\n",
+            s3_toml(&prefix),
+            cp.path().join("cp.json").display()
+        ))
+        .await;
+        assert_eq!(summary.records, 400, "{format}: {summary}");
+        assert_eq!(summary.records_out_of_range, 0);
+        assert!(summary.corrupt.is_empty());
+        let target = format!("restored.{topic}");
+        assert_eq!(
+            strata::kafka::Admin::new(&kafka_config())
+                .unwrap()
+                .partition_count(&target)
+                .unwrap(),
+            Some(3),
+            "created with the archive's partition count"
+        );
+        let source = consume_all(&topic);
+        let restored = consume_all(&target);
+        assert_same_per_partition(&source, &restored);
+        // The sample has everything a lossless format must keep.
+        assert!(restored.iter().any(|r| r.value.is_none()), "tombstones");
+        assert!(restored.iter().any(|r| r.key.is_none()), "null keys");
+        assert!(restored
+            .iter()
+            .any(|r| r.value.as_ref().is_some_and(|v| v.starts_with(&[0xff]))));
+        assert!(restored
+            .iter()
+            .all(|r| r.headers.iter().filter(|h| h.key == "seq").count() == 2));
+
+        // Running it again finds everything checkpointed and sends nothing.
+        let again = restore(&format!(
+            "{}[restore]\ndirectory = \"backup\"\ntime_directory = \"yyyy/MM/dd/HH\"\ntopics = [\"{topic}\"]\ntarget_prefix = \"restored.\"\ncheckpoint = \"{}\"\n",
+            s3_toml(&prefix),
+            cp.path().join("cp.json").display()
+        ))
+        .await;
+        assert_eq!(again.records, 0);
+        assert_eq!(again.skipped_objects.finished, summary.objects);
+        assert_eq!(consume_all(&target).len(), 400);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fewer_target_partitions_fall_back_to_key_hash_and_key_hash_mode() {
+    let topic = unique("fallback");
+    let root = tempfile::tempdir().unwrap();
+    let produced = sample_records(&topic, 120, 4, base_ts());
+    archive(
+        &topic,
+        4,
+        &produced,
+        &file_toml(root.path()),
+        &dump_task(&topic, "arch", "format = \"jsonl\""),
+    )
+    .await;
+    // A target with 2 partitions: archived partitions 0 and 1 stay, 2 and 3 go by key hash.
+    let target = unique("fallback-target");
+    create_topic(&target, 2).await;
+    restore(&format!(
+        "{}[restore]\ndirectory = \"arch\"\ntopic_map = {{ \"{topic}\" = \"{target}\" }}\ncheckpoint = \"{}\"\n",
+        file_toml(root.path()),
+        root.path().join("cp.json").display()
+    ))
+    .await;
+    let restored = consume_all(&target);
+    assert_eq!(restored.len(), 120);
+    let source = consume_all(&topic);
+    let src_part: HashMap<usize, i32> = source
+        .iter()
+        .map(|r| (seq(r), r.partition.unwrap()))
+        .collect();
+    let mut key_partition: HashMap<Vec<u8>, i32> = HashMap::new();
+    for r in &restored {
+        let sp = src_part[&seq(r)];
+        if sp < 2 {
+            assert_eq!(
+                r.partition,
+                Some(sp),
+                "original partition kept when it exists"
+            );
+        } else if let Some(k) = &r.key {
+            // murmur2: the same key always lands in the same partition
+            let p = *key_partition
+                .entry(k.clone())
+                .or_insert(r.partition.unwrap());
+            assert_eq!(p, r.partition.unwrap());
+        }
+    }
+    // Order within each source partition is kept where it stayed in one target partition.
+    for p in 0..2 {
+        let seqs: Vec<usize> = restored
+            .iter()
+            .filter(|r| r.partition == Some(p) && src_part[&seq(r)] == p)
+            .map(seq)
+            .collect();
+        let mut sorted = seqs.clone();
+        sorted.sort();
+        assert_eq!(seqs, sorted);
+    }
+
+    // key-hash mode: keyed records land where Kafka's Java partitioner puts them. Check with
+    // a known murmur2 value: partition = toPositive(murmur2(key)) % n.
+    let kh = unique("keyhash-target");
+    restore(&format!(
+        "{}[restore]\ndirectory = \"arch\"\npartitioning = \"key-hash\"\npartitions = 5\ntopic_map = {{ \"{topic}\" = \"{kh}\" }}\ncheckpoint = \"{}\"\n",
+        file_toml(root.path()),
+        root.path().join("cp2.json").display()
+    ))
+    .await;
+    let hashed = consume_all(&kh);
+    assert_eq!(hashed.len(), 120);
+    for r in hashed.iter().filter(|r| r.key.is_some()) {
+        let want = (murmur2(r.key.as_ref().unwrap()) & 0x7fff_ffff) % 5;
+        assert_eq!(r.partition, Some(want as i32), "key {:?}", r.key);
+    }
+}
+
+/// Kafka's `Utils.murmur2`, as the Java producer's default partitioner uses it.
+fn murmur2(data: &[u8]) -> u32 {
+    let (seed, m, r) = (0x9747_b28c_u32, 0x5bd1_e995_u32, 24);
+    let mut h = seed ^ data.len() as u32;
+    let chunks = data.chunks_exact(4);
+    let rest = chunks.remainder();
+    for c in chunks {
+        let mut k = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        k = k.wrapping_mul(m);
+        k ^= k >> r;
+        k = k.wrapping_mul(m);
+        h = h.wrapping_mul(m);
+        h ^= k;
+    }
+    match rest.len() {
+        3 => {
+            h ^= u32::from(rest[2]) << 16;
+            h ^= u32::from(rest[1]) << 8;
+            h ^= u32::from(rest[0]);
+            h = h.wrapping_mul(m);
+        }
+        2 => {
+            h ^= u32::from(rest[1]) << 8;
+            h ^= u32::from(rest[0]);
+            h = h.wrapping_mul(m);
+        }
+        1 => {
+            h ^= u32::from(rest[0]);
+            h = h.wrapping_mul(m);
+        }
+        _ => {}
+    }
+    h ^= h >> 13;
+    h = h.wrapping_mul(m);
+    h ^= h >> 15;
+    h
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn time_range_restores_exactly_the_records_in_range() {
+    let topic = unique("range");
+    let prefix = unique("restore-range");
+    // 600 records, one per second over ten minutes; minute directories.
+    let produced = sample_records(&topic, 600, 3, base_ts());
+    archive(
+        &topic,
+        3,
+        &produced,
+        &s3_toml(&prefix),
+        &dump_task(
+            &topic,
+            "ranged",
+            "format = \"parquet\"\ntime_directory = \"yyyy/MM/dd/HH/mm\"",
+        ),
+    )
+    .await;
+    let (from, to) = (base_ts() + 150_000, base_ts() + 421_500);
+    let cp = tempfile::tempdir().unwrap();
+    let summary = restore(&format!(
+        "{}[restore]\ndirectory = \"ranged\"\ntime_directory = \"yyyy/MM/dd/HH/mm\"\nfrom = \"{}\"\nto = \"{}\"\ntarget_prefix = \"window.\"\ncheckpoint = \"{}\"\n",
+        s3_toml(&prefix),
+        rfc3339(from),
+        rfc3339(to),
+        cp.path().join("cp.json").display()
+    ))
+    .await;
+    let want: Vec<usize> = (0..600)
+        .filter(|i| {
+            let t = base_ts() + *i as i64 * 1000;
+            t >= from && t < to
+        })
+        .collect();
+    assert_eq!(want.len(), 272);
+    let restored = consume_all(&format!("window.{topic}"));
+    let mut got: Vec<usize> = restored.iter().map(seq).collect();
+    got.sort();
+    assert_eq!(got, want, "exactly the records in [from, to)");
+    assert_eq!(summary.records, 272);
+    // Directories before `from` (22:00, 22:01) were not read; of those from `to` on (22:08,
+    // 22:09) only the first per partition, for late records.
+    assert_eq!(summary.skipped_objects.before_range, 2 * 3, "{summary}");
+    assert_eq!(summary.skipped_objects.after_range, 3, "{summary}");
+    assert!(summary.records_out_of_range > 0);
+    // Original partitions and order are kept.
+    let src: BTreeMap<usize, Record> = consume_all(&topic)
+        .into_iter()
+        .map(|r| (seq(&r), r))
+        .collect();
+    let expected: Vec<Record> = restored
+        .iter()
+        .map(|r| {
+            let mut s = src[&seq(r)].clone();
+            s.offset = r.offset;
+            s
+        })
+        .collect();
+    assert_same_per_partition(&expected, &restored);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn text_round_trip_restores_values_and_keys_when_stored() {
+    for store_key in [true, false] {
+        let topic = unique("text");
+        let root = tempfile::tempdir().unwrap();
+        // Text cannot carry the delimiter inside a value; use plain values.
+        let mut produced = sample_records(&topic, 90, 3, base_ts());
+        for (i, r) in produced.iter_mut().enumerate() {
+            r.value = Some(format!("value-{i}|ok").into_bytes());
+            r.key = Some(format!("key-{i}").into_bytes());
+        }
+        archive(
+            &topic,
+            3,
+            &produced,
+            &file_toml(root.path()),
+            &dump_task(
+                &topic,
+                "txt",
+                &format!("format = \"text\"\nstore_key = {store_key}\nkey_separator = \"=\"\nrecord_delimiter = \"\\n\"\ncompression = \"zstd\""),
+            ),
+        )
+        .await;
+        let summary = restore(&format!(
+            "{}[restore]\ndirectory = \"txt\"\nstore_key = {store_key}\nkey_separator = \"=\"\nrecord_delimiter = \"\\n\"\ntarget_prefix = \"text.\"\ncheckpoint = \"{}\"\n",
+            file_toml(root.path()),
+            root.path().join("cp.json").display()
+        ))
+        .await;
+        assert_eq!(summary.records, 90);
+        assert!(summary.text_objects > 0);
+        assert!(summary.to_string().contains("only values"), "{summary}");
+        let restored = by_partition(&consume_all(&format!("text.{topic}")));
+        let source = by_partition(&consume_all(&topic));
+        for (p, recs) in &source {
+            let want: Vec<KeyValue> = recs
+                .iter()
+                .map(|r| (store_key.then(|| r.key.clone()).flatten(), r.value.clone()))
+                .collect();
+            let got: Vec<KeyValue> = restored[p]
+                .iter()
+                .map(|r| (r.key.clone(), r.value.clone()))
+                .collect();
+            assert_eq!(got, want, "partition {p}, store_key = {store_key}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dry_run_lists_objects_and_writes_nothing() {
+    let topic = unique("dry");
+    let root = tempfile::tempdir().unwrap();
+    let produced = sample_records(&topic, 150, 3, base_ts());
+    archive(
+        &topic,
+        3,
+        &produced,
+        &file_toml(root.path()),
+        &dump_task(
+            &topic,
+            "arch",
+            "format = \"jsonl\"\ntime_directory = \"yyyy/MM/dd/HH/mm\"",
+        ),
+    )
+    .await;
+    let archived = read_archive(
+        &FsStore::new(root.path().to_path_buf()),
+        "arch/",
+        TextOptions::default(),
+    )
+    .await;
+    let cp = root.path().join("cp.json");
+    let target = format!("dry.{topic}");
+    let out = Command::new(strata_bin())
+        .args(["restore", "--dry-run", "--time-directory-is-config-only"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "unknown flags are refused");
+    let out = Command::new(strata_bin())
+        .arg("restore")
+        .arg("--source")
+        .arg(format!("file://{}", root.path().display()))
+        .args([
+            "--directory",
+            "arch",
+            "--topics",
+            &topic,
+            "--target-prefix",
+            "dry.",
+        ])
+        .arg("--checkpoint")
+        .arg(&cp)
+        .arg("--bootstrap-servers")
+        .arg(bootstrap())
+        .arg("--dry-run")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The default time directory is yyyy/MM/dd: minute directories are not found.
+    assert!(!out.status.success(), "{stdout}\n{stderr}");
+    assert!(stderr.contains("time_directory"), "{stderr}");
+
+    let cfg_path = root.path().join("restore.toml");
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "[kafka]\nbootstrap_servers = \"{}\"\n[restore]\ntime_directory = \"yyyy/MM/dd/HH/mm\"\n",
+            bootstrap()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(strata_bin())
+        .arg("restore")
+        .arg("--config")
+        .arg(&cfg_path)
+        .arg("--source")
+        .arg(format!("file://{}", root.path().display()))
+        .args([
+            "--directory",
+            "arch",
+            "--topics",
+            &topic,
+            "--target-prefix",
+            "dry.",
+        ])
+        .arg("--checkpoint")
+        .arg(&cp)
+        .arg("--dry-run")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    for o in &archived {
+        let line = stdout
+            .lines()
+            .find(|l| l.ends_with(&o.key))
+            .unwrap_or_else(|| panic!("{} not listed:\n{stdout}", o.key));
+        let count: usize = line.split_whitespace().next().unwrap().parse().unwrap();
+        assert_eq!(count, o.records.len(), "{line}");
+    }
+    assert!(
+        stdout.contains(&format!("total: {} object(s)", archived.len())),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("150 record(s) would be restored"),
+        "{stdout}"
+    );
+    let first = chrono::DateTime::from_timestamp_millis(base_ts())
+        .unwrap()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    assert!(
+        stdout.contains(&first),
+        "time span starts at the first record: {stdout}"
+    );
+    assert!(!cp.exists(), "no checkpoint written");
+    assert!(!topic_exists(&target), "no topic created");
+}
+
+/// Objects of a `file://` archive per partition in offset order, with their record seqs.
+fn objects_by_partition(root: &Path, dir: &str) -> BTreeMap<i32, Vec<(String, Vec<usize>)>> {
+    let rt = tokio::runtime::Handle::current();
+    let objects = tokio::task::block_in_place(|| {
+        rt.block_on(read_archive(
+            &FsStore::new(root.to_path_buf()),
+            &format!("{dir}/"),
+            TextOptions::default(),
+        ))
+    });
+    let mut m: BTreeMap<i32, Vec<(i64, String, Vec<usize>)>> = BTreeMap::new();
+    for o in objects {
+        m.entry(o.name.partition).or_default().push((
+            o.name.first_offset,
+            o.key.clone(),
+            o.records.iter().map(seq).collect(),
+        ));
+    }
+    m.into_iter()
+        .map(|(p, mut v)| {
+            v.sort();
+            (p, v.into_iter().map(|(_, k, s)| (k, s)).collect())
+        })
+        .collect()
+}
+
+fn checkpoint_keys(path: &Path) -> BTreeSet<String> {
+    let Ok(bytes) = std::fs::read(path) else {
+        return BTreeSet::new();
+    };
+    let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    v["finished"].as_object().unwrap().keys().cloned().collect()
+}
+
+/// Kills a rate-limited restore once some objects are checkpointed, runs it again, and checks
+/// that every record arrived and that only records of objects in flight at the kill (the
+/// first unfinished object of each partition) may appear twice.
+async fn kill_and_resume(exactly_once: bool) {
+    let topic = unique(if exactly_once { "kill-eos" } else { "kill" });
+    let root = tempfile::tempdir().unwrap();
+    // 900 records over 15 minutes, minute directories: 45 objects of 20 records.
+    let produced = sample_records(&topic, 900, 3, base_ts());
+    archive(
+        &topic,
+        3,
+        &produced,
+        &file_toml(root.path()),
+        &dump_task(
+            &topic,
+            "arch",
+            "format = \"jsonl\"\ntime_directory = \"yyyy/MM/dd/HH/mm\"",
+        ),
+    )
+    .await;
+    let objects = objects_by_partition(root.path(), "arch");
+    let total_objects: usize = objects.values().map(Vec::len).sum();
+    assert_eq!(total_objects, 45);
+    let cp = root.path().join("cp.json");
+    let target = format!("resumed.{topic}");
+    let cfg_path = root.path().join("restore.toml");
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "{}[restore]\ndirectory = \"arch\"\ntime_directory = \"yyyy/MM/dd/HH/mm\"\ntarget_prefix = \"resumed.\"\ncheckpoint = \"{}\"\nexactly_once = {exactly_once}\n",
+            file_toml(root.path()),
+            cp.display()
+        ),
+    )
+    .unwrap();
+    // About 30 kB/s of ~170-byte records: the run takes several seconds.
+    let mut child = Command::new(strata_bin())
+        .args(["restore", "--config"])
+        .arg(&cfg_path)
+        .args(["--rate-limit-mib-per-sec", "0.03"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let done = checkpoint_keys(&cp).len();
+        if done >= 6 {
+            break;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("restore ended before the kill: {status}");
+        }
+        assert!(Instant::now() < deadline, "no progress in the checkpoint");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let finished_at_kill = checkpoint_keys(&cp);
+    assert!(
+        finished_at_kill.len() < total_objects,
+        "killed too late to test anything: {}",
+        finished_at_kill.len()
+    );
+    // Objects that may have been in flight: the first unfinished one of each partition.
+    let mut may_repeat = BTreeSet::new();
+    for objs in objects.values() {
+        if let Some((_, seqs)) = objs.iter().find(|(k, _)| !finished_at_kill.contains(k)) {
+            may_repeat.extend(seqs.iter().copied());
+        }
+    }
+
+    let out = Command::new(strata_bin())
+        .args(["restore", "--config"])
+        .arg(&cfg_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "resume failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary = String::from_utf8_lossy(&out.stdout);
+    let skipped: usize = summary
+        .split(" already restored")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no skip count in {summary}"));
+    if exactly_once {
+        // Committed markers may know an object the local file had not recorded yet.
+        assert!(skipped >= finished_at_kill.len(), "{summary}");
+    } else {
+        assert_eq!(skipped, finished_at_kill.len(), "{summary}");
+    }
+    assert_eq!(
+        checkpoint_keys(&cp).len(),
+        total_objects,
+        "checkpoint complete"
+    );
+
+    let restored = if exactly_once {
+        consume_committed(&target)
+    } else {
+        consume_all(&target)
+    };
+    let mut count: BTreeMap<usize, usize> = BTreeMap::new();
+    for r in &restored {
+        *count.entry(seq(r)).or_default() += 1;
+    }
+    for i in 0..900 {
+        let n = count.get(&i).copied().unwrap_or(0);
+        assert!(n >= 1, "record {i} missing");
+        if exactly_once {
+            assert_eq!(n, 1, "record {i} duplicated despite exactly_once");
+        } else {
+            assert!(n <= 2, "record {i} sent {n} times");
+            assert!(
+                n == 1 || may_repeat.contains(&i),
+                "record {i} duplicated but its object was not in flight"
+            );
+        }
+    }
+    let dups = restored.len() - 900;
+    assert!(
+        dups <= may_repeat.len(),
+        "{dups} > bound {}",
+        may_repeat.len()
+    );
+    eprintln!(
+        "kill test (exactly_once = {exactly_once}): {} objects finished at the kill, {dups} duplicate(s), bound {}",
+        finished_at_kill.len(),
+        may_repeat.len()
+    );
+    // First occurrences keep the original order per partition.
+    let mut seen = BTreeSet::new();
+    for p in 0..3 {
+        let firsts: Vec<usize> = restored
+            .iter()
+            .filter(|r| r.partition == Some(p))
+            .map(seq)
+            .filter(|s| seen.insert(*s))
+            .collect();
+        let want: Vec<usize> = (0..900).filter(|i| i % 3 == p as usize).collect();
+        assert_eq!(firsts, want, "partition {p} order");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_and_resume_duplicates_at_most_the_objects_in_flight() {
+    kill_and_resume(false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_and_resume_exactly_once_has_no_duplicates() {
+    kill_and_resume(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn prefix_with_no_archive_is_a_clear_error() {
+    let prefix = unique("restore-empty");
+    let err = restore_with(
+        &format!(
+            "{}[restore]\ndirectory = \"nothing-here\"\ncheckpoint = \"/tmp/{}.json\"\n",
+            s3_toml(&prefix),
+            unique("cp")
+        ),
+        false,
+    )
+    .await
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, RestoreError::NoArchive { .. }), "{msg}");
+    assert!(
+        msg.contains(&format!("s3://{TEST_BUCKET}/{prefix}/nothing-here")),
+        "{msg}"
+    );
+    assert!(msg.contains("--source"), "{msg}");
+
+    // Through the binary: non-zero exit, the message on stderr.
+    let empty = tempfile::tempdir().unwrap();
+    let out = Command::new(strata_bin())
+        .arg("restore")
+        .arg("--source")
+        .arg(format!("file://{}", empty.path().display()))
+        .arg("--checkpoint")
+        .arg(empty.path().join("cp.json"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no archive under"), "{stderr}");
+
+    // An archived topic that does not match the selection names what is there.
+    let topic = unique("present");
+    let root = tempfile::tempdir().unwrap();
+    archive(
+        &topic,
+        1,
+        &sample_records(&topic, 5, 1, base_ts()),
+        &file_toml(root.path()),
+        &dump_task(&topic, "arch", "format = \"jsonl\""),
+    )
+    .await;
+    let err = restore_with(
+        &format!(
+            "{}[restore]\ndirectory = \"arch\"\ntopics = [\"absent\"]\ncheckpoint = \"{}\"\n",
+            file_toml(root.path()),
+            root.path().join("cp.json").display()
+        ),
+        false,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("no archived objects of topics [absent]"),
+        "{err}"
+    );
+    assert!(err.contains(&topic), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn corrupt_object_is_named_with_its_byte_offset_and_skip_corrupt_continues() {
+    let topic = unique("corrupt");
+    let root = tempfile::tempdir().unwrap();
+    let produced = sample_records(&topic, 200, 2, base_ts());
+    archive(
+        &topic,
+        2,
+        &produced,
+        &file_toml(root.path()),
+        &dump_task(
+            &topic,
+            "arch",
+            "format = \"jsonl\"\ntime_directory = \"yyyy/MM/dd/HH/mm\"",
+        ),
+    )
+    .await;
+    let objects = objects_by_partition(root.path(), "arch");
+    // Damage the second object of partition 1: keep its first line, then garbage.
+    let (key, seqs) = objects[&1][1].clone();
+    let path = root.path().join(&key);
+    let original = std::fs::read(&path).unwrap();
+    let first_line = original.iter().position(|b| *b == b'\n').unwrap() + 1;
+    let mut damaged = original[..first_line].to_vec();
+    damaged.extend_from_slice(b"{\"topic\": \"x\", this is not json\n");
+    std::fs::write(&path, &damaged).unwrap();
+
+    let toml = |prefix: &str, cp: &str, extra: &str| {
+        format!(
+            "{}[restore]\ndirectory = \"arch\"\ntime_directory = \"yyyy/MM/dd/HH/mm\"\ntarget_prefix = \"{prefix}\"\ncheckpoint = \"{}\"\n{extra}",
+            file_toml(root.path()),
+            root.path().join(cp).display()
+        )
+    };
+    let err = restore_with(&toml("broken.", "a.json", ""), false)
+        .await
+        .unwrap_err();
+    let msg = err.to_string();
+    assert!(matches!(err, RestoreError::Corrupt(_)), "{msg}");
+    assert!(msg.contains(&key), "names the object: {msg}");
+    assert!(
+        msg.contains(&format!("at byte {first_line}")),
+        "names the byte offset {first_line}: {msg}"
+    );
+    assert!(msg.contains("--skip-corrupt"), "{msg}");
+    let done = checkpoint_keys(&root.path().join("a.json"));
+    assert!(
+        !done.contains(&key),
+        "a corrupt object is never checkpointed"
+    );
+
+    let summary = restore(&toml("skipped.", "b.json", "skip_corrupt = true\n")).await;
+    assert_eq!(summary.corrupt.len(), 1, "{summary}");
+    assert!(summary.corrupt[0].location.ends_with(&key));
+    assert_eq!(summary.corrupt[0].at, Some(first_line as u64));
+    assert_eq!(summary.records, 200 - seqs.len() as u64);
+    assert!(summary.to_string().contains("1 corrupt"), "{summary}");
+    let restored: BTreeSet<usize> = consume_all(&format!("skipped.{topic}"))
+        .iter()
+        .map(seq)
+        .collect();
+    let want: BTreeSet<usize> = (0..200).filter(|i| !seqs.contains(i)).collect();
+    assert_eq!(restored, want);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_target_that_refuses_writes_is_a_clear_failure() {
+    let topic = unique("refuse");
+    let root = tempfile::tempdir().unwrap();
+    archive(
+        &topic,
+        2,
+        &sample_records(&topic, 50, 2, base_ts()),
+        &file_toml(root.path()),
+        &dump_task(&topic, "arch", "format = \"jsonl\""),
+    )
+    .await;
+    let cfg_path = root.path().join("restore.toml");
+    let write_cfg = |extra: &str| {
+        std::fs::write(
+            &cfg_path,
+            format!(
+                "{}[restore]\ndirectory = \"arch\"\ncheckpoint = \"{}\"\n{extra}",
+                file_toml(root.path()),
+                root.path().join("cp.json").display()
+            ),
+        )
+        .unwrap()
+    };
+
+    // 1. The target topic is missing and may not be created.
+    write_cfg("create_topics = false\ntarget_prefix = \"missing.\"\n");
+    let out = Command::new(strata_bin())
+        .args(["restore", "--config"])
+        .arg(&cfg_path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!("\"missing.{topic}\" does not exist")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("create_topics"), "{stderr}");
+    assert!(!topic_exists(&format!("missing.{topic}")));
+
+    // 2. The broker rejects every record (smaller max.message.bytes than any record).
+    let tiny = format!("tiny.{topic}");
+    create_topic_with(&tiny, 2, &[("max.message.bytes", "64")]).await;
+    write_cfg("target_prefix = \"tiny.\"\n");
+    let out = Command::new(strata_bin())
+        .args(["restore", "--config"])
+        .arg(&cfg_path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("refused records"), "{stderr}");
+    assert!(stderr.contains(&tiny), "{stderr}");
+    assert!(
+        !stdout.contains("restored "),
+        "no success summary: {stdout}"
+    );
+    assert!(
+        checkpoint_keys(&root.path().join("cp.json")).is_empty(),
+        "nothing checkpointed"
+    );
+
+    // 3. The target cluster cannot be reached.
+    let out = Command::new(strata_bin())
+        .args(["restore", "--config"])
+        .arg(&cfg_path)
+        .args(["--bootstrap-servers", "127.0.0.1:1", "--checkpoint"])
+        .arg(root.path().join("cp-unreachable.json"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach Kafka at 127.0.0.1:1"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_checkpoint_of_other_settings_is_refused() {
+    let topic = unique("cpmismatch");
+    let root = tempfile::tempdir().unwrap();
+    archive(
+        &topic,
+        1,
+        &sample_records(&topic, 10, 1, base_ts()),
+        &file_toml(root.path()),
+        &dump_task(&topic, "arch", "format = \"jsonl\""),
+    )
+    .await;
+    let cp = root.path().join("cp.json");
+    let toml = |prefix: &str| {
+        format!(
+            "{}[restore]\ndirectory = \"arch\"\ntarget_prefix = \"{prefix}\"\ncheckpoint = \"{}\"\n",
+            file_toml(root.path()),
+            cp.display()
+        )
+    };
+    restore(&toml("one.")).await;
+    let err = restore_with(&toml("two."), false)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("target_prefix: \"one.\" -> \"two.\""), "{err}");
+    assert!(!topic_exists(&format!("two.{topic}")));
+}
