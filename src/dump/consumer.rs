@@ -8,6 +8,7 @@ use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
 use rdkafka::statistics::Statistics;
 use rdkafka::TopicPartitionList;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// A change of the partitions this worker owns.
@@ -20,11 +21,16 @@ pub(super) enum AssignmentChange {
 pub(super) struct DumpContext {
     task: String,
     changes: Mutex<Vec<AssignmentChange>>,
+    /// Set with every change, so the per-poll check needs no lock.
+    changed: AtomicBool,
 }
 
 impl DumpContext {
     /// Changes recorded since the last call, oldest first.
     pub(super) fn take_changes(&self) -> Vec<AssignmentChange> {
+        if !self.changed.swap(false, Ordering::AcqRel) {
+            return Vec::new();
+        }
         self.changes
             .lock()
             .map(|mut c| std::mem::take(&mut *c))
@@ -88,6 +94,7 @@ impl ConsumerContext for DumpContext {
         tracing::info!(task = %self.task, ?change, "partition assignment changed");
         if let Ok(mut c) = self.changes.lock() {
             c.push(change);
+            self.changed.store(true, Ordering::Release);
         }
     }
 }
@@ -130,6 +137,7 @@ pub(super) fn create(
     c.create_with_context(DumpContext {
         task: task.name.to_string(),
         changes: Mutex::new(Vec::new()),
+        changed: AtomicBool::new(false),
     })
     .map_err(|source| KafkaError::Client {
         servers: servers(k),

@@ -6,6 +6,7 @@
 
 mod consumer;
 pub mod roll;
+mod staging;
 mod worker;
 
 use crate::config::Config;

@@ -38,8 +38,8 @@ pub fn rolls_before(file_period: NaiveDateTime, record_period: NaiveDateTime) ->
 }
 
 /// Must the file close after its last append?
-pub fn rolls_on_size(output_bytes: usize, max_file_size: u64) -> bool {
-    output_bytes as u64 >= max_file_size
+pub fn rolls_on_size(output_bytes: u64, max_file_size: u64) -> bool {
+    output_bytes >= max_file_size
 }
 
 /// Has the file been open for a whole interval?

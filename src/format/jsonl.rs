@@ -4,15 +4,15 @@
 //! round-trips exactly and text stays readable. Absent or `null` means a null key/value.
 
 use super::sink::Sink;
-use super::{DecodeError, Header, Record, RecordView, TimestampType};
+use super::{DecodeError, Header, Output, Record, RecordView, TimestampType};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 use std::io::{self, Write};
 
-pub(super) struct JsonlEncoder {
+pub(super) struct JsonlEncoder<W: Output> {
     topic: String,
-    out: Sink,
+    out: Sink<W>,
 }
 
 /// Bytes as they appear in JSON: a UTF-8 string, or base64 under the `_b64` field.
@@ -71,8 +71,8 @@ struct OutRecord<'a> {
     headers: Vec<OutHeader<'a>>,
 }
 
-impl JsonlEncoder {
-    pub(super) fn new(topic: &str, out: Sink) -> Self {
+impl<W: Output> JsonlEncoder<W> {
+    pub(super) fn new(topic: &str, out: Sink<W>) -> Self {
         Self {
             topic: topic.to_string(),
             out,
@@ -114,11 +114,11 @@ impl JsonlEncoder {
         self.out.memory_bytes()
     }
 
-    pub(super) fn output_bytes(&self) -> usize {
+    pub(super) fn output_bytes(&self) -> u64 {
         self.out.output_bytes()
     }
 
-    pub(super) fn finish(self) -> io::Result<Vec<u8>> {
+    pub(super) fn finish(self) -> io::Result<W> {
         self.out.finish()
     }
 }

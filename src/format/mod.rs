@@ -355,44 +355,63 @@ impl DecodeError {
     }
 }
 
-/// What an encoder produced.
-#[derive(Debug, Clone)]
-pub struct Encoded {
-    pub data: Bytes,
+/// Where an encoder writes (memory, a staging file, ...), and the memory that target holds,
+/// so callers can keep a buffer budget whatever the target is.
+pub trait Output: std::io::Write + Send {
+    fn memory_bytes(&self) -> usize;
+}
+
+impl Output for Vec<u8> {
+    fn memory_bytes(&self) -> usize {
+        self.capacity()
+    }
+}
+
+/// An encoder's result: its output and what went into it.
+#[derive(Debug)]
+pub struct Finished<W> {
+    pub out: W,
     pub records: u64,
     /// Text records whose key or value contain the delimiter or separator: restore cannot
     /// split them back exactly.
     pub ambiguous: u64,
 }
 
-/// Turns records of one topic-partition into one archive object.
-pub struct Encoder {
-    kind: EncoderKind,
+/// Turns records of one topic-partition into one archive object written to `W`.
+pub struct Encoder<W: Output> {
+    kind: EncoderKind<W>,
     records: u64,
 }
 
-enum EncoderKind {
-    Text(text::TextEncoder),
-    Jsonl(jsonl::JsonlEncoder),
-    Parquet(Box<parquet::ParquetEncoder>),
+enum EncoderKind<W: Output> {
+    Text(text::TextEncoder<W>),
+    Jsonl(jsonl::JsonlEncoder<W>),
+    Parquet(Box<parquet::ParquetEncoder<W>>),
 }
 
-impl Encoder {
-    pub fn new(spec: &FormatSpec, topic: &str) -> Result<Self, EncodeError> {
-        let kind = match spec.kind {
-            FormatKind::Text => EncoderKind::Text(text::TextEncoder::new(
-                spec.text.clone(),
-                sink::Sink::new(spec.compression)?,
-            )),
-            FormatKind::Jsonl => EncoderKind::Jsonl(jsonl::JsonlEncoder::new(
-                topic,
-                sink::Sink::new(spec.compression)?,
-            )),
-            FormatKind::Parquet => EncoderKind::Parquet(Box::new(parquet::ParquetEncoder::new(
-                topic,
-                spec.compression,
-            )?)),
-        };
+impl Encoder<Vec<u8>> {
+    /// An encoder that builds the object in memory.
+    pub fn in_memory(spec: &FormatSpec, topic: &str) -> Result<Self, EncodeError> {
+        Self::new(spec, topic, Vec::new())
+    }
+}
+
+impl<W: Output> Encoder<W> {
+    pub fn new(spec: &FormatSpec, topic: &str, out: W) -> Result<Self, EncodeError> {
+        let kind =
+            match spec.kind {
+                FormatKind::Text => EncoderKind::Text(text::TextEncoder::new(
+                    spec.text.clone(),
+                    sink::Sink::new(spec.compression, out)?,
+                )),
+                FormatKind::Jsonl => EncoderKind::Jsonl(jsonl::JsonlEncoder::new(
+                    topic,
+                    sink::Sink::new(spec.compression, out)?,
+                )),
+                FormatKind::Parquet => EncoderKind::Parquet(Box::new(
+                    parquet::ParquetEncoder::new(topic, spec.compression, out)?,
+                )),
+            };
         Ok(Self { kind, records: 0 })
     }
 
@@ -410,7 +429,7 @@ impl Encoder {
         self.records
     }
 
-    /// Bytes of memory this encoder holds (buffers, compressor state, pending rows).
+    /// Bytes of memory held: compressor state, pending rows and the output's own buffers.
     pub fn memory_bytes(&self) -> usize {
         match &self.kind {
             EncoderKind::Text(e) => e.memory_bytes(),
@@ -419,23 +438,25 @@ impl Encoder {
         }
     }
 
-    /// Bytes of the object so far (compressed where the format compresses as it goes).
-    pub fn output_bytes(&self) -> usize {
+    /// Size of the object so far (compressed where the format compresses as it goes; Parquet
+    /// counts its open row group as encoded so far).
+    pub fn output_bytes(&self) -> u64 {
         match &self.kind {
             EncoderKind::Text(e) => e.output_bytes(),
             EncoderKind::Jsonl(e) => e.output_bytes(),
-            EncoderKind::Parquet(e) => e.memory_bytes(),
+            EncoderKind::Parquet(e) => e.output_bytes(),
         }
     }
 
-    pub fn finish(self) -> Result<Encoded, EncodeError> {
-        let (data, ambiguous) = match self.kind {
+    /// Completes the object (trailers, footers) and hands back the output.
+    pub fn finish(self) -> Result<Finished<W>, EncodeError> {
+        let (out, ambiguous) = match self.kind {
             EncoderKind::Text(e) => e.finish()?,
             EncoderKind::Jsonl(e) => (e.finish()?, 0),
             EncoderKind::Parquet(e) => (e.finish()?, 0),
         };
-        Ok(Encoded {
-            data: Bytes::from(data),
+        Ok(Finished {
+            out,
             records: self.records,
             ambiguous,
         })

@@ -5,7 +5,10 @@
 //! Rows gather in column builders and are handed to the writer in small batches; the writer
 //! keeps one row group open and closes it at [`ROW_GROUP_BYTES`], so memory stays bounded.
 
-use super::{Compression, DecodeError, EncodeError, Header, Record, RecordView, TimestampType};
+use super::sink::Counting;
+use super::{
+    Compression, DecodeError, EncodeError, Header, Output, Record, RecordView, TimestampType,
+};
 use arrow_array::builder::{BinaryBuilder, StringBuilder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
@@ -90,7 +93,7 @@ fn properties(c: Compression) -> Result<WriterProperties, EncodeError> {
     Ok(b.build())
 }
 
-pub(super) struct ParquetEncoder {
+pub(super) struct ParquetEncoder<W: Output> {
     topic: String,
     partitions: Vec<i32>,
     offsets: Vec<i64>,
@@ -102,11 +105,11 @@ pub(super) struct ParquetEncoder {
     header_keys: StringBuilder,
     header_values: BinaryBuilder,
     pending_bytes: usize,
-    writer: ArrowWriter<Vec<u8>>,
+    writer: ArrowWriter<Counting<W>>,
 }
 
-impl ParquetEncoder {
-    pub(super) fn new(topic: &str, c: Compression) -> Result<Self, EncodeError> {
+impl<W: Output> ParquetEncoder<W> {
+    pub(super) fn new(topic: &str, c: Compression, out: W) -> Result<Self, EncodeError> {
         Ok(Self {
             topic: topic.to_string(),
             partitions: Vec::new(),
@@ -119,7 +122,7 @@ impl ParquetEncoder {
             header_keys: StringBuilder::new(),
             header_values: BinaryBuilder::new(),
             pending_bytes: 0,
-            writer: ArrowWriter::try_new(Vec::new(), schema(), Some(properties(c)?))?,
+            writer: ArrowWriter::try_new(Counting::new(out), schema(), Some(properties(c)?))?,
         })
     }
 
@@ -194,12 +197,20 @@ impl ParquetEncoder {
     }
 
     pub(super) fn memory_bytes(&self) -> usize {
-        self.pending_bytes + self.writer.in_progress_size() + self.writer.inner().capacity()
+        self.pending_bytes
+            + self.writer.in_progress_size()
+            + self.writer.inner().inner.memory_bytes()
     }
 
-    pub(super) fn finish(mut self) -> Result<Vec<u8>, EncodeError> {
+    pub(super) fn output_bytes(&self) -> u64 {
+        self.writer.inner().written + self.writer.in_progress_size() as u64
+    }
+
+    pub(super) fn finish(mut self) -> Result<W, EncodeError> {
         self.write_batch()?;
-        Ok(self.writer.into_inner()?)
+        let mut out = self.writer.into_inner()?;
+        std::io::Write::flush(&mut out)?;
+        Ok(out.inner)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Whole-object compression for text and jsonl: a `Write` that compresses as records arrive,
 //! and the matching decompression for restore.
 
-use super::{Compression, DecodeError};
+use super::{Compression, DecodeError, Output};
 use std::borrow::Cow;
 use std::io::{self, Read, Write};
 
@@ -11,61 +11,96 @@ const ZSTD_LEVEL: i32 = 3;
 const GZIP_STATE: usize = 300 << 10;
 const ZSTD_STATE: usize = 2 << 20;
 
-pub(super) enum Sink {
-    Plain(Vec<u8>),
-    Gzip(flate2::write::GzEncoder<Vec<u8>>),
-    Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
+/// Counts what reaches the output, so files can roll on their encoded size.
+pub(super) struct Counting<W> {
+    pub(super) inner: W,
+    pub(super) written: u64,
 }
 
-impl Sink {
-    pub(super) fn new(c: Compression) -> io::Result<Self> {
+impl<W: Write> Write for Counting<W> {
+    #[inline]
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    #[inline]
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.inner.write_all(buf)?;
+        self.written += buf.len() as u64;
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+impl<W> Counting<W> {
+    pub(super) fn new(inner: W) -> Self {
+        Self { inner, written: 0 }
+    }
+}
+
+pub(super) enum Sink<W: Output> {
+    Plain(Counting<W>),
+    Gzip(flate2::write::GzEncoder<Counting<W>>),
+    Zstd(zstd::stream::write::Encoder<'static, Counting<W>>),
+}
+
+impl<W: Output> Sink<W> {
+    pub(super) fn new(c: Compression, out: W) -> io::Result<Self> {
+        let out = Counting::new(out);
         Ok(match c {
             Compression::Gzip => Sink::Gzip(flate2::write::GzEncoder::new(
-                Vec::new(),
+                out,
                 flate2::Compression::default(),
             )),
-            Compression::Zstd => {
-                Sink::Zstd(zstd::stream::write::Encoder::new(Vec::new(), ZSTD_LEVEL)?)
-            }
-            Compression::None | Compression::Snappy => Sink::Plain(Vec::new()),
+            Compression::Zstd => Sink::Zstd(zstd::stream::write::Encoder::new(out, ZSTD_LEVEL)?),
+            Compression::None | Compression::Snappy => Sink::Plain(out),
         })
     }
 
-    /// Memory held: the output buffer's allocation plus compressor state.
-    pub(super) fn memory_bytes(&self) -> usize {
+    fn counting(&self) -> &Counting<W> {
         match self {
-            Sink::Plain(v) => v.capacity(),
-            Sink::Gzip(e) => e.get_ref().capacity() + GZIP_STATE,
-            Sink::Zstd(e) => e.get_ref().capacity() + ZSTD_STATE,
+            Sink::Plain(c) => c,
+            Sink::Gzip(e) => e.get_ref(),
+            Sink::Zstd(e) => e.get_ref(),
         }
+    }
+
+    /// Memory held: compressor state plus the output's buffers.
+    pub(super) fn memory_bytes(&self) -> usize {
+        let state = match self {
+            Sink::Plain(_) => 0,
+            Sink::Gzip(_) => GZIP_STATE,
+            Sink::Zstd(_) => ZSTD_STATE,
+        };
+        state + self.counting().inner.memory_bytes()
     }
 
     /// Bytes written to the output so far (compressed).
-    pub(super) fn output_bytes(&self) -> usize {
-        match self {
-            Sink::Plain(v) => v.len(),
-            Sink::Gzip(e) => e.get_ref().len(),
-            Sink::Zstd(e) => e.get_ref().len(),
-        }
+    pub(super) fn output_bytes(&self) -> u64 {
+        self.counting().written
     }
 
-    pub(super) fn finish(self) -> io::Result<Vec<u8>> {
-        match self {
-            Sink::Plain(v) => Ok(v),
-            Sink::Gzip(e) => e.finish(),
-            Sink::Zstd(e) => e.finish(),
-        }
+    pub(super) fn finish(self) -> io::Result<W> {
+        let mut c = match self {
+            Sink::Plain(c) => c,
+            Sink::Gzip(e) => e.finish()?,
+            Sink::Zstd(e) => e.finish()?,
+        };
+        c.flush()?;
+        Ok(c.inner)
     }
 }
 
-impl Write for Sink {
+impl<W: Output> Write for Sink<W> {
     #[inline]
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
-            Sink::Plain(v) => {
-                v.extend_from_slice(buf);
-                Ok(buf.len())
-            }
+            Sink::Plain(v) => v.write(buf),
             Sink::Gzip(e) => e.write(buf),
             Sink::Zstd(e) => e.write(buf),
         }
@@ -74,10 +109,7 @@ impl Write for Sink {
     #[inline]
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
         match self {
-            Sink::Plain(v) => {
-                v.extend_from_slice(buf);
-                Ok(())
-            }
+            Sink::Plain(v) => v.write_all(buf),
             Sink::Gzip(e) => e.write_all(buf),
             Sink::Zstd(e) => e.write_all(buf),
         }

@@ -1,12 +1,31 @@
 use super::*;
 use proptest::prelude::*;
 
+struct Encoded {
+    data: Bytes,
+    records: u64,
+    ambiguous: u64,
+}
+
 fn encode_all(spec: &FormatSpec, topic: &str, records: &[Record]) -> Encoded {
-    let mut e = Encoder::new(spec, topic).unwrap();
+    let mut e = Encoder::in_memory(spec, topic).unwrap();
     for r in records {
         r.with_view(|v| e.append(v)).unwrap();
     }
-    e.finish().unwrap()
+    let size = e.output_bytes();
+    let f = e.finish().unwrap();
+    if spec.kind != FormatKind::Parquet && spec.compression == Compression::None {
+        assert_eq!(
+            size,
+            f.out.len() as u64,
+            "output_bytes counts what was written"
+        );
+    }
+    Encoded {
+        data: Bytes::from(f.out),
+        records: f.records,
+        ambiguous: f.ambiguous,
+    }
 }
 
 fn spec(kind: FormatKind, c: Compression) -> FormatSpec {

@@ -2,17 +2,17 @@
 //! Lossy by design: no partition, offset, timestamp or headers, and tombstones become empty.
 
 use super::sink::Sink;
-use super::{DecodeError, Record, RecordView, TextOptions};
+use super::{DecodeError, Output, Record, RecordView, TextOptions};
 use std::io::{self, Write};
 
-pub(super) struct TextEncoder {
+pub(super) struct TextEncoder<W: Output> {
     opts: TextOptions,
-    out: Sink,
+    out: Sink<W>,
     ambiguous: u64,
 }
 
-impl TextEncoder {
-    pub(super) fn new(opts: TextOptions, out: Sink) -> Self {
+impl<W: Output> TextEncoder<W> {
+    pub(super) fn new(opts: TextOptions, out: Sink<W>) -> Self {
         Self {
             opts,
             out,
@@ -23,10 +23,11 @@ impl TextEncoder {
     pub(super) fn append(&mut self, r: &RecordView<'_>) -> io::Result<()> {
         let value = r.value.unwrap_or_default();
         let delim = self.opts.delimiter.byte();
-        let mut ambiguous = delim.is_some_and(|d| value.contains(&d));
+        let mut ambiguous = delim.is_some_and(|d| memchr::memchr(d, value).is_some());
         if let Some(sep) = &self.opts.key_separator {
             let key = r.key.unwrap_or_default();
-            ambiguous |= delim.is_some_and(|d| key.contains(&d)) || contains(key, sep);
+            ambiguous |=
+                delim.is_some_and(|d| memchr::memchr(d, key).is_some()) || find(key, sep).is_some();
             self.out.write_all(key)?;
             self.out.write_all(sep)?;
         }
@@ -42,24 +43,20 @@ impl TextEncoder {
         self.out.memory_bytes()
     }
 
-    pub(super) fn output_bytes(&self) -> usize {
+    pub(super) fn output_bytes(&self) -> u64 {
         self.out.output_bytes()
     }
 
-    pub(super) fn finish(self) -> io::Result<(Vec<u8>, u64)> {
+    pub(super) fn finish(self) -> io::Result<(W, u64)> {
         Ok((self.out.finish()?, self.ambiguous))
     }
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     if needle.is_empty() {
         return None;
     }
-    hay.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(hay, needle)
 }
 
 /// Splits a text object back into records: values, and keys when a separator is configured

@@ -10,8 +10,13 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
-/// Temp files carry this prefix; listings skip them.
+/// Temp files of `put` carry this prefix.
 const TMP_PREFIX: &str = ".strata-tmp-";
+/// Staging files carry this prefix; they are named after their object, so a rewrite of the
+/// same object after a crash reuses (truncates) what the crashed writer left.
+const STAGING_PREFIX: &str = ".strata-staging-";
+/// Listings skip every name with this prefix (temp and staging files).
+const HIDDEN_PREFIX: &str = ".strata-";
 
 #[derive(Debug, Clone)]
 pub struct FsStore {
@@ -97,7 +102,7 @@ fn walk(dir: &Path, rel: &str, prefix: &str, out: &mut Vec<ObjectMeta>) -> io::R
         let entry = entry?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name.starts_with(TMP_PREFIX) {
+        if name.starts_with(HIDDEN_PREFIX) {
             continue;
         }
         let key = if rel.is_empty() {
@@ -248,6 +253,30 @@ impl ObjectStore for FsStore {
                 format!("cannot write here: {e}; create the directory or fix its permissions, or change store.url"),
             )
         })
+    }
+
+    fn staging_path(&self, key: &str) -> Result<Option<PathBuf>, StoreError> {
+        let dest = self.path(key)?;
+        let name = dest
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("object")
+            .to_string();
+        if let Some(dir) = dest.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| self.io_err(key, e))?;
+        }
+        Ok(Some(dest.with_file_name(format!("{STAGING_PREFIX}{name}"))))
+    }
+
+    async fn put_staged(&self, key: &str, path: &Path) -> Result<(), StoreError> {
+        let dest = self.path(key)?;
+        let staged = path.to_path_buf();
+        blocking(move || {
+            let f = std::fs::OpenOptions::new().write(true).open(&staged)?;
+            commit_temp(&staged, f, &dest)
+        })
+        .await
+        .map_err(|e| self.io_err(key, e))
     }
 
     fn location(&self, key: &str) -> String {

@@ -14,6 +14,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use std::fmt;
 use std::ops::Range;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// What went wrong, so callers can branch (retry, skip, stop) and users can act.
@@ -94,9 +95,53 @@ pub trait ObjectStore: Send + Sync + fmt::Debug {
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
     /// Proves the store is reachable and writable (creates the bucket when configured to).
     async fn check(&self) -> Result<(), StoreError>;
+    /// A local path where the object under `key` may be written in place before
+    /// [`ObjectStore::put_staged`], so it never has to be held in memory; `None` when the store
+    /// is not a local directory (build the object in memory and `put` it). The path is hidden
+    /// from listings and its directory exists.
+    fn staging_path(&self, _key: &str) -> Result<Option<PathBuf>, StoreError> {
+        Ok(None)
+    }
+    /// Makes the local file at `path` the object under `key`, durably, and removes the file.
+    /// Stores without staging upload it in parts, never holding it whole in memory.
+    async fn put_staged(&self, key: &str, path: &Path) -> Result<(), StoreError> {
+        use tokio::io::AsyncReadExt;
+        let io = |e: std::io::Error| {
+            StoreError::new(ErrorKind::Io, path.display().to_string(), e.to_string())
+        };
+        let mut file = tokio::fs::File::open(path).await.map_err(io)?;
+        let mut up = self.put_multipart(key).await?;
+        loop {
+            let mut buf = vec![0u8; STAGED_READ];
+            let mut filled = 0;
+            while filled < buf.len() {
+                let n = match file.read(&mut buf[filled..]).await {
+                    Ok(n) => n,
+                    Err(e) => {
+                        let _ = up.abort().await;
+                        return Err(io(e));
+                    }
+                };
+                if n == 0 {
+                    break;
+                }
+                filled += n;
+            }
+            if filled == 0 {
+                break;
+            }
+            buf.truncate(filled);
+            up.write(Bytes::from(buf)).await?;
+        }
+        up.finish().await?;
+        tokio::fs::remove_file(path).await.map_err(io)
+    }
     /// `s3://bucket/prefix/key` or `file:///root/key`, for messages.
     fn location(&self, key: &str) -> String;
 }
+
+/// Read size when a staged file is uploaded by a store without staging.
+const STAGED_READ: usize = 8 << 20;
 
 /// Builds the backend a store URL names.
 pub async fn open(cfg: &StoreConfig) -> Result<Arc<dyn ObjectStore>, StoreError> {
