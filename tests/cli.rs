@@ -12,9 +12,17 @@ fn strata(args: &[&str], cfg_text: &str) -> (Output, String) {
     let path = dir.path().join("c.toml");
     std::fs::write(&path, cfg_text).unwrap();
     let mut cmd = Command::new(strata_bin());
-    cmd.args(args).arg("--config").arg(&path).env("S3_SECRET_KEY", "SeCrEt-do-not-print").env("S3_ACCESS_KEY", "AKIA-do-not-print");
+    cmd.args(args)
+        .arg("--config")
+        .arg(&path)
+        .env("S3_SECRET_KEY", "SeCrEt-do-not-print")
+        .env("S3_ACCESS_KEY", "AKIA-do-not-print");
     let out = cmd.output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     (out, text)
 }
 
@@ -25,8 +33,14 @@ fn validate_prints_meaning_without_secrets() {
         "[store]\nurl = \"s3://bkt-one/p\"\naccess_key = \"${S3_ACCESS_KEY}\"\nsecret_key = \"${S3_SECRET_KEY}\"\n[[tasks]]\nname = \"orders\"\ntopics = [\"orders\"]\n",
     );
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("valid") && text.contains("orders: topics [orders]"), "{text}");
-    assert!(!text.contains("SeCrEt-do-not-print") && !text.contains("AKIA-do-not-print"), "secret printed:\n{text}");
+    assert!(
+        text.contains("valid") && text.contains("orders: topics [orders]"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("SeCrEt-do-not-print") && !text.contains("AKIA-do-not-print"),
+        "secret printed:\n{text}"
+    );
 }
 
 #[test]
@@ -43,7 +57,11 @@ fn the_example_config_validates() {
         .env("KAFKA_PASSWORD", "c")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -51,10 +69,25 @@ fn configuration_mistakes_exit_2_naming_the_key() {
     let topics: Vec<String> = (0..21).map(|i| format!("\"t{i}\"")).collect();
     let cases = [
         ("[kafka\nbootstrap_servers = 1", "line 1"),
-        ("[[tasks]]\nname = \"orders\"\ntopics = [\"a\"]\nformt = \"jsonl\"\n", "tasks[0].formt: unknown key; did you mean \"format\"?"),
-        (&format!("[[tasks]]\nname = \"many\"\ntopics = [{}]\n", topics.join(",")) as &str, "tasks[0].topics: lists 21 topics, at most 20"),
-        ("[[tasks]]\nname = \"regex\"\ntopic_regex = \"orders([\"\n", "tasks[0].topic_regex: \"orders([\" is not a valid regular expression"),
-        ("[store]\nsecret_key = \"${NOT_SET_ANYWHERE}\"\naccess_key = \"x\"\n", "store.secret_key: environment variable NOT_SET_ANYWHERE is not set"),
+        (
+            "[[tasks]]\nname = \"orders\"\ntopics = [\"a\"]\nformt = \"jsonl\"\n",
+            "tasks[0].formt: unknown key; did you mean \"format\"?",
+        ),
+        (
+            &format!(
+                "[[tasks]]\nname = \"many\"\ntopics = [{}]\n",
+                topics.join(",")
+            ) as &str,
+            "tasks[0].topics: lists 21 topics, at most 20",
+        ),
+        (
+            "[[tasks]]\nname = \"regex\"\ntopic_regex = \"orders([\"\n",
+            "tasks[0].topic_regex: \"orders([\" is not a valid regular expression",
+        ),
+        (
+            "[store]\nsecret_key = \"${NOT_SET_ANYWHERE}\"\naccess_key = \"x\"\n",
+            "store.secret_key: environment variable NOT_SET_ANYWHERE is not set",
+        ),
     ];
     for (cfg, want) in cases {
         for cmd in ["validate", "dump"] {
@@ -73,7 +106,10 @@ fn unreachable_store_fails_before_consuming() {
     );
     let (out, text) = strata(&["dump", "--once"], &cfg);
     assert_eq!(out.status.code(), Some(1), "{text}");
-    assert!(text.contains("cannot reach the store at http://127.0.0.1:9"), "{text}");
+    assert!(
+        text.contains("cannot reach the store at http://127.0.0.1:9"),
+        "{text}"
+    );
     assert!(!text.contains("SeCrEt-do-not-print"), "{text}");
 }
 
