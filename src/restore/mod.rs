@@ -37,6 +37,9 @@ use std::time::{Duration, Instant};
 /// ids of an exactly-once restore are the same when it is resumed.
 pub const WORKERS: usize = 4;
 
+/// Archive objects held in memory at once (fetched, decoded, in flight), by their decoded size.
+pub const MEMORY_BUDGET: u64 = 256 << 20;
+
 /// An archive object that could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CorruptObject {
@@ -374,6 +377,7 @@ pub async fn run(
         first_error: Mutex::new(None),
         counts: Mutex::new(Counts::default()),
         queue: Mutex::new(plan.partitions.iter().cloned().collect::<VecDeque<_>>()),
+        budget: replay::Budget::new(MEMORY_BUDGET),
     });
     let workers = WORKERS.min(plan.partitions.len()).max(1);
     let runner = engine.clone();

@@ -130,7 +130,7 @@ impl RestoreProducer {
             .set("partitioner", "murmur2_random")
             .set("linger.ms", "10")
             .set("batch.size", "1000000")
-            .set("queue.buffering.max.kbytes", "262144")
+            .set("queue.buffering.max.kbytes", "65536")
             // Archived records may be as large as the source cluster allowed.
             .set("message.max.bytes", "67108864");
         for (key, value) in &k.properties {

@@ -17,7 +17,81 @@ use crate::format::{self, FormatSpec, Record};
 use crate::store::ObjectStore;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// Memory for decoded objects, shared by the workers: an object is fetched only when its size
+/// fits (a larger object waits until it is alone), and holds its share until its records are
+/// acknowledged. Decoding may grow the share beyond the budget; later fetches then wait.
+#[derive(Debug)]
+pub struct Budget {
+    limit: u64,
+    used: Mutex<u64>,
+    freed: Condvar,
+}
+
+/// A share of the [`Budget`], returned when dropped.
+#[derive(Debug)]
+pub struct Lease<'a> {
+    budget: &'a Budget,
+    amount: u64,
+}
+
+impl Budget {
+    pub fn new(limit: u64) -> Self {
+        Self {
+            limit: limit.max(1),
+            used: Mutex::new(0),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// Waits until `amount` fits (or nothing else is held), unless `give_up` turns true.
+    pub fn acquire(&self, amount: u64, give_up: impl Fn() -> bool) -> Lease<'_> {
+        let mut used = self.used.lock().unwrap_or_else(|p| p.into_inner());
+        while *used > 0 && *used + amount > self.limit && !give_up() {
+            used = match self.freed.wait_timeout(used, Duration::from_millis(100)) {
+                Ok((g, _)) => g,
+                Err(p) => p.into_inner().0,
+            };
+        }
+        *used += amount;
+        Lease {
+            budget: self,
+            amount,
+        }
+    }
+
+    pub fn used(&self) -> u64 {
+        *self.used.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Lease<'_> {
+    /// Sets the share to what decoding turned out to need, without waiting.
+    pub fn resize(&mut self, amount: u64) {
+        let mut used = self.budget.used.lock().unwrap_or_else(|p| p.into_inner());
+        *used = (*used + amount).saturating_sub(self.amount);
+        self.amount = amount;
+        self.budget.freed.notify_all();
+    }
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let mut used = self.budget.used.lock().unwrap_or_else(|p| p.into_inner());
+        *used = used.saturating_sub(self.amount);
+        self.budget.freed.notify_all();
+    }
+}
+
+/// Heap bytes of decoded records, roughly: their bytes plus per-record bookkeeping.
+fn decoded_bytes(records: &[Record]) -> u64 {
+    records
+        .iter()
+        .map(|r| record_bytes(r) + r.topic.len() as u64 + 96 + 48 * r.headers.len() as u64)
+        .sum()
+}
 
 /// Where the records of one source topic go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +155,7 @@ pub struct Engine {
     pub first_error: Mutex<Option<RestoreError>>,
     pub counts: Mutex<Counts>,
     pub queue: Mutex<VecDeque<SourcePartition>>,
+    pub budget: Budget,
 }
 
 /// Bytes a record puts on the wire (key, value, header keys and values).
@@ -161,7 +236,11 @@ impl Engine {
                 // Read and decode the next object while this one is sent.
                 pending = objects.next().map(|o| (o, s.spawn(move || self.load(o))));
                 match loaded {
-                    Ok(records) => self.object(w, obj, &records, &mut last_offset)?,
+                    Ok((records, lease)) => {
+                        self.object(w, obj, &records, &mut last_offset)?;
+                        drop(records);
+                        drop(lease);
+                    }
                     Err(LoadError::Corrupt(c)) if self.cfg.skip_corrupt => {
                         self.progress.println(&format!(
                             "skipping corrupt object {} ({}): --skip-corrupt is on",
@@ -180,8 +259,12 @@ impl Engine {
         })
     }
 
-    fn load(&self, obj: &PlannedObject) -> Result<Vec<Record>, LoadError> {
+    fn load(&self, obj: &PlannedObject) -> Result<(Vec<Record>, Lease<'_>), LoadError> {
         let location = self.store.location(&obj.key);
+        // Until decoded, the object needs its bytes and about as much again for the records.
+        let mut lease = self
+            .budget
+            .acquire(obj.size.saturating_mul(2), || self.halted());
         let data = self
             .rt
             .block_on(self.store.get(&obj.key))
@@ -193,13 +276,15 @@ impl Engine {
                     obj.name.extension
                 )))
             })?;
-        format::decode(&spec, &obj.name.topic, data).map_err(|e| {
+        let records = format::decode(&spec, &obj.name.topic, data).map_err(|e| {
             LoadError::Corrupt(CorruptObject {
                 location,
                 at: e.at,
                 detail: e.message,
             })
-        })
+        })?;
+        lease.resize(decoded_bytes(&records));
+        Ok((records, lease))
     }
 
     /// Sends one decoded object and checkpoints it once every record is acknowledged.
@@ -358,5 +443,46 @@ impl Engine {
         self.progress.sent(p.0, p.1);
         self.progress.archive_read(p.2);
         *p = (0, 0, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budget_waits_for_room_and_lets_a_big_object_through_alone() {
+        let b = Budget::new(100);
+        let a = b.acquire(60, || false);
+        assert_eq!(b.used(), 60);
+        // 60 + 50 > 100: a second acquire must wait; give_up lets the test see that.
+        let waited = std::sync::atomic::AtomicU32::new(0);
+        let c = b.acquire(50, || waited.fetch_add(1, Relaxed) >= 2);
+        assert!(waited.load(Relaxed) >= 2, "it waited");
+        drop(c);
+        drop(a);
+        assert_eq!(b.used(), 0);
+        // Alone, an object larger than the budget still goes.
+        let mut big = b.acquire(500, || false);
+        big.resize(700);
+        assert_eq!(b.used(), 700);
+        big.resize(300);
+        assert_eq!(b.used(), 300);
+        drop(big);
+        assert_eq!(b.used(), 0);
+    }
+
+    #[test]
+    fn budget_is_released_to_a_waiting_thread() {
+        let b = Arc::new(Budget::new(100));
+        let first = b.acquire(100, || false);
+        let b2 = b.clone();
+        let t = std::thread::spawn(move || {
+            let _l = b2.acquire(100, || false);
+            b2.used()
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        drop(first);
+        assert_eq!(t.join().unwrap(), 100);
     }
 }
