@@ -62,7 +62,8 @@ impl Budget {
         }
     }
 
-    pub fn used(&self) -> u64 {
+    #[cfg(test)]
+    fn used(&self) -> u64 {
         *self.used.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
