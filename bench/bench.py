@@ -712,6 +712,28 @@ DUMP_INTERVAL_SECS = 60
 KEEP_LOGS = False
 
 
+def freeze_strata():
+    """Measures a private copy of the binary: others may rebuild target/release/strata while a
+    run is going on, and every round must run the same build."""
+    global STRATA
+    import hashlib
+    data = STRATA.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    d = STATE / "bin"
+    d.mkdir(parents=True, exist_ok=True)
+    copy = d / f"strata-{digest[:12]}"
+    if not copy.exists():
+        for old in d.glob("strata-*"):
+            old.unlink()
+        tmp = d / f".tmp-{os.getpid()}"
+        tmp.write_bytes(data)
+        tmp.chmod(0o755)
+        tmp.rename(copy)
+    log(f"measuring {STRATA} as its copy {copy.relative_to(ROOT)}")
+    STRATA = copy
+    return digest
+
+
 def wait_for_low_load(limit, max_wait):
     if limit <= 0:
         return
@@ -726,8 +748,10 @@ def wait_for_low_load(limit, max_wait):
         if time.monotonic() - t0 > max_wait:
             log(f"load is still {load:.2f} after {max_wait} s; measuring anyway (noted in the results)")
             return
-        if ok == 0:
-            log(f"waiting for the 1-minute load to stay below {limit} for a minute (now {load:.2f})")
+        waited = time.monotonic() - t0
+        if ok == 0 and (waited < 5 or int(waited) % 60 < 5):
+            log(f"waiting for the 1-minute load to stay below {limit} for a minute (now {load:.2f}, "
+                f"waited {waited:.0f} s of at most {max_wait})")
         time.sleep(5)
 
 
@@ -771,6 +795,7 @@ def main():
         die("--runs must be at least 1")
     if not STRATA.exists():
         die(f"{STRATA} is missing; bench/run builds it (cargo build --release)")
+    strata_sha = freeze_strata()
     WORK.mkdir(parents=True, exist_ok=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
     cmdline = "bench/run" + ("" if len(sys.argv) == 1 else " " + " ".join(sys.argv[1:]))
@@ -778,6 +803,7 @@ def main():
     started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     t_start = time.monotonic()
     mc = machine()
+    mc["strata_sha256"] = strata_sha
     wanted = None
     if a.contenders:
         wanted = {x.strip() for x in a.contenders.split(",") if x.strip()}
