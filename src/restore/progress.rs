@@ -65,16 +65,28 @@ impl Snapshot {
             100.0
         };
         format!(
-            "{}/{} objects ({pct:.1}% of archive bytes), {} records, {:.1} MiB sent, {:.1} MiB/s, ETA {}",
+            "{}/{} objects ({pct:.1}% of archive bytes), {} records, {} sent, {}/s, ETA {}",
             self.objects,
             self.total_objects,
             self.records,
-            self.sent_bytes as f64 / 1048576.0,
-            self.rate() / 1048576.0,
+            human(self.sent_bytes as f64),
+            human(self.rate()),
             self.eta()
                 .map_or("unknown".to_string(), |d| format!("{}s", d.as_secs()))
         )
     }
+}
+
+/// Bytes in the largest binary unit that keeps a number >= 1: "412.0 KiB", "3.5 MiB".
+pub fn human(bytes: f64) -> String {
+    const UNITS: [&str; 4] = ["B", "KiB", "MiB", "GiB"];
+    let mut v = bytes.max(0.0);
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
 }
 
 impl Progress {
@@ -144,12 +156,12 @@ impl Progress {
                         Some(bar) => {
                             bar.set_position(s.archive_bytes.min(s.total_bytes));
                             bar.set_message(format!(
-                                "{}/{} objects, {} records, {:.1} MiB, {:.1} MiB/s",
+                                "{}/{} objects, {} records, {}, {}/s",
                                 s.objects,
                                 s.total_objects,
                                 s.records,
-                                s.sent_bytes as f64 / 1048576.0,
-                                s.rate() / 1048576.0
+                                human(s.sent_bytes as f64),
+                                human(s.rate())
                             ));
                         }
                         None if last_log.elapsed() >= LOG_EVERY => {
@@ -205,5 +217,8 @@ mod tests {
         let line = s.line();
         assert!(line.contains("1/4 objects (25.0%"), "{line}");
         assert!(line.contains("ETA 30s"), "{line}");
+        assert!(line.contains("2.0 MiB sent, 204.8 KiB/s"), "{line}");
+        assert_eq!(human(0.0), "0.0 B");
+        assert_eq!(human(3.5 * 1073741824.0), "3.5 GiB");
     }
 }
