@@ -386,9 +386,11 @@ impl Engine {
                 sent,
                 max_offset,
             );
-            producer
-                .send(slot, eos::PROGRESS_TOPIC, Some(0), &marker)
-                .map_err(|d| produce_err(format!("progress marker: {d}"), 1, sent))?;
+            if let Err(d) = producer.send(slot, eos::PROGRESS_TOPIC, Some(0), &marker) {
+                let _ = producer.wait_object(slot, sent);
+                producer.abort_transaction();
+                return Err(produce_err(format!("progress marker: {d}"), 1, sent + 1));
+            }
             expected += 1;
         }
         if let Err(f) = producer.wait_object(slot, expected) {
