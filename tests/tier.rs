@@ -88,9 +88,15 @@ impl TierProcess {
                 );
             }
             if let Ok(r) = try_http(addr, "GET", "/v1/health", b"").await {
-                if r.status == 200 {
+                let pid = p.child.as_ref().unwrap().id();
+                if r.status == 200 && r.text() == format!("ok pid={pid}") {
                     return p;
                 }
+                assert!(
+                    r.status != 200,
+                    "another process answers on {addr}: {} (a strata tier left running?)",
+                    r.text()
+                );
             }
             assert!(
                 Instant::now() < deadline,

@@ -89,13 +89,14 @@ async fn copy(State(t): State<Arc<Tier>>, body: Bytes) -> Result<Json<CopyRespon
 
 async fn fetch(State(t): State<Arc<Tier>>, body: Bytes) -> Result<Response, Failure> {
     let req: FetchRequest = parse("fetch", &body)?;
+    let started = std::time::Instant::now();
     let (start, end) = req.check().map_err(|e| fail("fetch")(e.into()))?;
     let read = t
         .reader
         .read(&req.segment, start, end)
         .await
         .map_err(fail("fetch"))?;
-    tracing::debug!(segment = %req.segment.describe(), start, ?end, len = read.len, "fetch");
+    tracing::debug!(segment = %req.segment.describe(), start, ?end, len = read.len, first_byte_us = started.elapsed().as_micros() as u64, "fetch");
     // The length is known, so the body is sent with Content-Length: a body cut short by a
     // later failure cannot pass for a complete one.
     Response::builder()
@@ -128,6 +129,7 @@ async fn delete(State(t): State<Arc<Tier>>, body: Bytes) -> Result<StatusCode, F
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn health() -> &'static str {
-    "ok"
+/// Names the process, so a caller can tell which `strata tier` answered.
+async fn health() -> String {
+    format!("ok pid={}", std::process::id())
 }

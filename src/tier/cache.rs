@@ -5,6 +5,8 @@
 //!
 //! Disk entries are checked against the chunk's CRC-32C on every read: a damaged cache file is
 //! dropped and the chunk fetched again. The cache directory is emptied at start (a cold cache).
+//! In front of the disk, a small in-memory set of recently used chunks spares the file reads
+//! of a sequential reader, which asks for the same chunk several times in a row.
 
 use super::error::TierError;
 use super::stats;
@@ -45,6 +47,8 @@ impl std::fmt::Debug for ChunkCache {
 struct Inner {
     state: Mutex<State>,
     capacity: u64,
+    /// Bytes of recently used chunks kept in memory in front of the disk (0 in memory mode).
+    hot_capacity: u64,
     /// `None`: entries live in memory.
     dir: Option<PathBuf>,
 }
@@ -55,6 +59,8 @@ struct State {
     used: u64,
     loading: HashMap<ChunkKey, Load>,
     next_file: u64,
+    hot: LruCache<ChunkKey, Bytes>,
+    hot_used: u64,
 }
 
 #[derive(Clone)]
@@ -74,11 +80,12 @@ const CHUNK_DIR: &str = "strata-chunks";
 
 impl ChunkCache {
     pub fn memory(capacity: u64) -> Self {
-        Self::with_dir(capacity, None)
+        Self::with_dir(capacity, None, 0)
     }
 
-    /// A cache in files under `dir/strata-chunks/`, emptied first.
-    pub async fn on_disk(dir: &Path, capacity: u64) -> Result<Self, TierError> {
+    /// A cache in files under `dir/strata-chunks/`, emptied first, with up to `hot` bytes of
+    /// recently used chunks also kept in memory.
+    pub async fn on_disk(dir: &Path, capacity: u64, hot: u64) -> Result<Self, TierError> {
         let chunks = dir.join(CHUNK_DIR);
         let path = chunks.clone();
         tokio::task::spawn_blocking(move || {
@@ -94,10 +101,10 @@ impl ChunkCache {
             path: chunks.clone(),
             source: TierError::io(e),
         })?;
-        Ok(Self::with_dir(capacity, Some(chunks)))
+        Ok(Self::with_dir(capacity, Some(chunks), hot.min(capacity)))
     }
 
-    fn with_dir(capacity: u64, dir: Option<PathBuf>) -> Self {
+    fn with_dir(capacity: u64, dir: Option<PathBuf>, hot_capacity: u64) -> Self {
         Self {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
@@ -105,8 +112,11 @@ impl ChunkCache {
                     used: 0,
                     loading: HashMap::new(),
                     next_file: 0,
+                    hot: LruCache::unbounded(),
+                    hot_used: 0,
                 }),
                 capacity,
+                hot_capacity,
                 dir,
             }),
         }
@@ -132,6 +142,7 @@ impl ChunkCache {
             Found::Ready(Place::File(path)) => match read_verified(&path, key).await {
                 Ok(b) => {
                     stats::cache_hit();
+                    self.keep_hot(key, &b);
                     return Ok(b);
                 }
                 Err(why) => {
@@ -164,7 +175,11 @@ impl ChunkCache {
     fn find(&self, key: &ChunkKey) -> Found {
         let mut s = self.inner.lock();
         if let Some(p) = s.entries.get(key) {
-            return Found::Ready(p.clone());
+            let p = p.clone();
+            if let Some(b) = s.hot.get(key) {
+                return Found::Ready(Place::Memory(b.clone()));
+            }
+            return Found::Ready(p);
         }
         match s.loading.get(key) {
             Some(l) => Found::Loading(l.clone()),
@@ -222,6 +237,7 @@ impl ChunkCache {
             s.next_file
         };
         let path = dir.join(format!("{n}.chunk"));
+        self.keep_hot(&key, &bytes);
         let cache = self.clone();
         tokio::task::spawn_blocking(move || match std::fs::write(&path, &bytes) {
             Ok(()) => {
@@ -259,6 +275,9 @@ impl ChunkCache {
                 break;
             };
             s.used -= k.len;
+            if s.hot.pop(&k).is_some() {
+                s.hot_used -= k.len;
+            }
             if let Place::File(p) = old {
                 evicted.push(p);
             }
@@ -266,8 +285,34 @@ impl ChunkCache {
         evicted
     }
 
+    /// Keeps a disk entry's bytes in memory too, dropping the least recently used beyond the
+    /// hot capacity.
+    fn keep_hot(&self, key: &ChunkKey, bytes: &Bytes) {
+        let cap = self.inner.hot_capacity;
+        if key.len > cap {
+            return;
+        }
+        let mut s = self.inner.lock();
+        if s.hot
+            .push(key.clone(), bytes.clone())
+            .is_some_and(|(k, _)| k == *key)
+        {
+            s.hot_used -= key.len;
+        }
+        s.hot_used += key.len;
+        while s.hot_used > cap {
+            match s.hot.pop_lru() {
+                Some((k, _)) => s.hot_used -= k.len,
+                None => break,
+            }
+        }
+    }
+
     fn forget(&self, key: &ChunkKey) {
         let mut s = self.inner.lock();
+        if s.hot.pop(key).is_some() {
+            s.hot_used -= key.len;
+        }
         if let Some(place) = s.entries.pop(key) {
             s.used -= key.len;
             if let Place::File(p) = place {
@@ -418,7 +463,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join(CHUNK_DIR)).unwrap();
         std::fs::write(dir.path().join(CHUNK_DIR).join("stale"), b"x").unwrap();
-        let c = ChunkCache::on_disk(dir.path(), 2000).await.unwrap();
+        // No hot layer: every read goes to the file.
+        let c = ChunkCache::on_disk(dir.path(), 2000, 0).await.unwrap();
         let files = || {
             std::fs::read_dir(dir.path().join(CHUNK_DIR))
                 .unwrap()
@@ -462,5 +508,39 @@ mod tests {
         settled(&c, 2).await;
         assert_eq!(files(), 2, "the evicted chunk's file is gone");
         assert_eq!(c.usage().0, 2000);
+    }
+
+    #[tokio::test]
+    async fn recent_disk_chunks_are_served_from_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = ChunkCache::on_disk(dir.path(), 10_000, 1000).await.unwrap();
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (k1, d1) = chunk(1, 1000);
+        let (k2, d2) = chunk(2, 1000);
+        c.get(&k1, loader(d1.clone(), calls.clone())).await.unwrap();
+        settled(&c, 1).await;
+        // Damage the file: a memory hit does not read it.
+        let path = std::fs::read_dir(dir.path().join(CHUNK_DIR))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        std::fs::write(&path, vec![0u8; 1000]).unwrap();
+        assert_eq!(
+            c.get(&k1, loader(d1.clone(), calls.clone())).await.unwrap(),
+            d1
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 1, "served from memory");
+        // A second chunk pushes the first out of memory (hot capacity is one chunk): the
+        // next read of the first goes to the (damaged) file, notices, and loads again.
+        c.get(&k2, loader(d2.clone(), calls.clone())).await.unwrap();
+        settled(&c, 2).await;
+        assert_eq!(
+            c.get(&k1, loader(d1.clone(), calls.clone())).await.unwrap(),
+            d1
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        assert!(c.inner.lock().hot_used <= 1000);
     }
 }

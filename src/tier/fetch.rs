@@ -9,7 +9,7 @@
 use super::cache::{ChunkCache, ChunkKey};
 use super::chunks::Piece;
 use super::error::TierError;
-use super::keys::SegmentKeys;
+use super::keys::{partition_prefix, SegmentKeys};
 use super::manifest::{ChunkEntry, Compression, LoadedManifest, Manifest};
 use super::protocol::{IndexType, SegmentMetadata};
 use super::stats;
@@ -41,6 +41,8 @@ pub struct Reader {
     prefix: DumpDir,
     chunks: ChunkSource,
     manifests: Mutex<LruCache<String, Arc<LoadedManifest>>>,
+    /// Key prefixes of next segments already looked up (see [`Reader::look_ahead`]).
+    looked_ahead: Mutex<LruCache<String, ()>>,
 }
 
 /// What loading a chunk needs; cheap to clone into a response stream.
@@ -68,6 +70,7 @@ impl Reader {
                 prefetch_chunks: u64::from(prefetch_chunks),
             },
             manifests: Mutex::new(LruCache::unbounded()),
+            looked_ahead: Mutex::new(LruCache::unbounded()),
         }
     }
 
@@ -86,47 +89,113 @@ impl Reader {
         seg: &SegmentMetadata,
     ) -> Result<(SegmentKeys, Arc<LoadedManifest>), TierError> {
         let keys = SegmentKeys::new(&self.prefix, seg);
-        if let Some(m) = self.manifests_lock().get(&keys.manifest) {
-            return Ok((keys, m.clone()));
+        let m = self.manifest_at(&keys.manifest, Some(seg)).await?;
+        Ok((keys, m))
+    }
+
+    /// The manifest under `key`, checked to describe `expected` (or, without one, to be the
+    /// manifest its own segment would have under this key).
+    async fn manifest_at(
+        &self,
+        key: &str,
+        expected: Option<&SegmentMetadata>,
+    ) -> Result<Arc<LoadedManifest>, TierError> {
+        if let Some(m) = self.manifests_lock().get(key) {
+            return Ok(m.clone());
         }
         let store = &self.chunks.store;
-        let raw = match stats::timed("get", store.get(&keys.manifest)).await {
+        let raw = match stats::timed("get", store.get(key)).await {
             Ok(b) => b,
             Err(e) if e.kind == ErrorKind::NotFound => {
                 return Err(TierError::SegmentNotFound {
-                    segment: seg.describe(),
-                    location: store.location(&keys.manifest),
+                    segment: expected.map_or_else(|| key.to_string(), |s| s.describe()),
+                    location: store.location(key),
                 })
             }
             Err(e) => return Err(e.into()),
         };
         let bad = |message: String| TierError::BadManifest {
-            location: store.location(&keys.manifest),
+            location: store.location(key),
             message,
         };
         let manifest = Manifest::from_json(&raw).map_err(|e| bad(e.to_string()))?;
-        if manifest.segment.segment_id != seg.segment_id
-            || manifest.segment.topic_id != seg.topic_id
-            || manifest.segment.partition != seg.partition
-        {
+        let found = &manifest.segment;
+        let fits = match expected {
+            Some(seg) => {
+                found.segment_id == seg.segment_id
+                    && found.topic_id == seg.topic_id
+                    && found.partition == seg.partition
+            }
+            None => SegmentKeys::new(&self.prefix, found).manifest == key,
+        };
+        if !fits {
             return Err(bad(format!(
-                "it describes segment {}, not {}",
-                manifest.segment.describe(),
-                seg.describe()
+                "it describes segment {}{}",
+                found.describe(),
+                expected.map_or(String::new(), |s| format!(", not {}", s.describe()))
             )));
         }
         let loaded = Arc::new(LoadedManifest::new(manifest).map_err(|e| bad(e.to_string()))?);
         let mut cached = self.manifests_lock();
-        cached.put(keys.manifest.clone(), loaded.clone());
+        cached.put(key.to_string(), loaded.clone());
         while cached.len() > MANIFEST_CACHE_ENTRIES {
             cached.pop_lru();
         }
-        Ok((keys, loaded))
+        Ok(loaded)
+    }
+
+    /// Starts fetching a segment's first chunks: the broker is about to read it from the start.
+    fn prefetch_head(&self, keys: &SegmentKeys, m: &LoadedManifest) {
+        let object: Arc<str> = Arc::from(keys.log.as_str());
+        let location = self.chunks.store.location(&keys.log);
+        let count = m.layout().chunk_count();
+        for c in 0..count.min(self.chunks.prefetch_chunks + 1) {
+            self.chunks.prefetch(&object, &location, m, c);
+        }
+    }
+
+    /// A sequential reader nears the end of `seg`: find the partition's next segment (the one
+    /// starting right after it; its id is only known by listing) and start fetching its
+    /// manifest and first chunks, so the reader does not stall at the segment boundary.
+    fn look_ahead(self: &Arc<Self>, seg: &SegmentMetadata) {
+        let Some(next) = seg.end_offset.checked_add(1) else {
+            return;
+        };
+        let prefix = format!("{}{next:020}-", partition_prefix(&self.prefix, seg));
+        {
+            let mut done = self.looked_ahead.lock().unwrap_or_else(|p| p.into_inner());
+            if done.put(prefix.clone(), ()).is_some() {
+                return;
+            }
+            while done.len() > MANIFEST_CACHE_ENTRIES {
+                done.pop_lru();
+            }
+        }
+        let reader = self.clone();
+        tokio::spawn(async move {
+            let listed = match stats::timed("list", reader.chunks.store.list(&prefix)).await {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::debug!(error = %e, "looking for the next segment failed");
+                    return;
+                }
+            };
+            for o in listed.iter().filter(|o| o.key.ends_with(".manifest")) {
+                match reader.manifest_at(&o.key, None).await {
+                    Ok(m) => {
+                        let keys = SegmentKeys::new(&reader.prefix, &m.manifest.segment);
+                        reader.prefetch_head(&keys, &m);
+                        return;
+                    }
+                    Err(e) => tracing::debug!(error = %e, "next segment's manifest unusable"),
+                }
+            }
+        });
     }
 
     /// Bytes `start..=end` of the segment's `.log` (`end` clamped; `None` = to the end).
     pub async fn read(
-        &self,
+        self: &Arc<Self>,
         seg: &SegmentMetadata,
         start: u64,
         end: Option<u64>,
@@ -144,7 +213,9 @@ impl Reader {
         })?;
         let len = plan.len();
         let mut stream = SegmentStream {
-            src: self.chunks.clone(),
+            reader: self.clone(),
+            sequential: end.is_none().then(|| seg.clone()),
+            segment_last_chunk: m.layout().chunk_count().saturating_sub(1),
             location: self.chunks.store.location(&keys.log),
             object: Arc::from(keys.log.as_str()),
             manifest: m,
@@ -152,6 +223,8 @@ impl Reader {
             last_chunk: plan.last_chunk().unwrap_or(0),
             prefetched_to: None,
             failed: false,
+            served: 0,
+            started: std::time::Instant::now(),
         };
         // The first piece now: a missing or corrupt first chunk gets an error status.
         let first = match stream.pieces.next() {
@@ -180,6 +253,12 @@ impl Reader {
     /// The stored bytes of one index, verified.
     pub async fn index(&self, seg: &SegmentMetadata, t: IndexType) -> Result<Bytes, TierError> {
         let (keys, m) = self.manifest(seg).await?;
+        if t == IndexType::Offset {
+            // The broker reads a segment's offset index right before its first read of the
+            // segment, which for a consumer moving on from the previous segment starts at the
+            // beginning: have those chunks on their way.
+            self.prefetch_head(&keys, &m);
+        }
         let entry = m
             .manifest
             .index(t)
@@ -219,7 +298,11 @@ fn closed(_: tokio::sync::AcquireError) -> TierError {
 
 /// State of one response body.
 struct SegmentStream {
-    src: ChunkSource,
+    reader: Arc<Reader>,
+    /// The segment, when read to its end (the broker's sequential reads): near its end, the
+    /// next segment is looked up ahead.
+    sequential: Option<SegmentMetadata>,
+    segment_last_chunk: u64,
     location: String,
     object: Arc<str>,
     manifest: Arc<LoadedManifest>,
@@ -229,33 +312,49 @@ struct SegmentStream {
     /// Highest chunk a prefetch was started for.
     prefetched_to: Option<u64>,
     failed: bool,
+    /// Bytes handed to the connection, and since when: logged when the body ends or the
+    /// reader hangs up (the broker usually does after its fetch size).
+    served: u64,
+    started: std::time::Instant,
+}
+
+impl Drop for SegmentStream {
+    fn drop(&mut self) {
+        tracing::debug!(object = %self.object, served = self.served, us = self.started.elapsed().as_micros() as u64, "fetch body ended");
+    }
 }
 
 impl SegmentStream {
     async fn serve(&mut self, piece: Piece) -> Result<Bytes, TierError> {
         self.prefetch_after(piece.chunk);
         let chunk = self
-            .src
+            .reader
+            .chunks
             .chunk(&self.object, &self.location, &self.manifest, piece.chunk)
             .await?;
         let out = chunk.slice(piece.within);
         stats::fetched(out.len() as u64);
+        self.served += out.len() as u64;
         Ok(out)
     }
 
     /// Sequential readers (the broker reads on from where it stopped) find the next chunks
     /// loaded or on their way.
     fn prefetch_after(&mut self, chunk: u64) {
-        let upto = chunk
-            .saturating_add(self.src.prefetch_chunks)
-            .min(self.last_chunk);
+        let chunks = &self.reader.chunks;
+        let ahead = chunk.saturating_add(chunks.prefetch_chunks);
+        let upto = ahead.min(self.last_chunk);
         let from = self.prefetched_to.map_or(chunk + 1, |p| p.max(chunk) + 1);
         for c in from..=upto {
-            self.src
-                .prefetch(&self.object, &self.location, &self.manifest, c);
+            chunks.prefetch(&self.object, &self.location, &self.manifest, c);
         }
         if upto >= from {
             self.prefetched_to = Some(upto);
+        }
+        if ahead >= self.segment_last_chunk {
+            if let Some(seg) = self.sequential.take() {
+                self.reader.look_ahead(&seg);
+            }
         }
     }
 }

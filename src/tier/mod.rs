@@ -30,6 +30,7 @@ pub use protocol::{
 
 use crate::config::Config;
 use crate::store::ObjectStore;
+use axum::serve::ListenerExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,12 +39,19 @@ use std::time::Duration;
 /// broker may hold a fetch body open).
 const DRAIN: Duration = Duration::from_secs(10);
 
+/// Memory kept for recently used chunks in front of a disk cache: what a few sequential readers
+/// need (the chunk being read and the prefetched ones), at least 32 MiB.
+fn hot_bytes(t: &crate::config::TierConfig) -> u64 {
+    let reader = (u64::from(t.prefetch_chunks) + 1) * t.chunk_size.bytes();
+    (2 * reader).max(32 << 20)
+}
+
 /// The service's state, shared by every request.
 pub struct Tier {
     store: Arc<dyn ObjectStore>,
     prefix: crate::layout::DumpDir,
     copier: copy::Copier,
-    reader: fetch::Reader,
+    reader: Arc<fetch::Reader>,
 }
 
 impl Tier {
@@ -51,7 +59,7 @@ impl Tier {
     pub async fn new(cfg: &Config, store: Arc<dyn ObjectStore>) -> Result<Self, TierError> {
         let t = &cfg.tier;
         let cache = match &t.cache_dir {
-            Some(dir) => ChunkCache::on_disk(dir, t.cache_size.bytes()).await?,
+            Some(dir) => ChunkCache::on_disk(dir, t.cache_size.bytes(), hot_bytes(t)).await?,
             None => ChunkCache::memory(t.cache_size.bytes()),
         };
         let compression = if t.compress_chunks {
@@ -69,7 +77,12 @@ impl Tier {
                 compression,
                 t.upload_concurrency as usize,
             ),
-            reader: fetch::Reader::new(store.clone(), t.prefix.clone(), cache, t.prefetch_chunks),
+            reader: Arc::new(fetch::Reader::new(
+                store.clone(),
+                t.prefix.clone(),
+                cache,
+                t.prefetch_chunks,
+            )),
             store,
             prefix: t.prefix.clone(),
         })
@@ -131,6 +144,13 @@ pub async fn serve(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), TierError>
             }
         }
     };
+    // Answers go out as soon as they are written: no Nagle delay between a response's head and
+    // its body on the broker's short request/response exchanges.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     let server = axum::serve(listener, api::router(tier)).with_graceful_shutdown(stopped);
     let drained = async {
         while !stop.load(Ordering::Relaxed) {
