@@ -167,7 +167,7 @@ fn stop_on_signals(stop: Arc<AtomicBool>) {
                 _ = term.recv() => {}
             }
             if first {
-                tracing::info!("stopping: flushing buffered data, storing it and committing (signal again to abort)");
+                tracing::info!("stopping gracefully: finishing the work in flight (signal again to abort)");
                 stop.store(true, Ordering::Relaxed);
                 first = false;
             } else {
