@@ -3,13 +3,15 @@
 # (Kafka reads it from the bucket via the bridge and `strata tier`), once with a cold chunk
 # cache (strata tier restarted on an empty cache before each run) and once warm, against the
 # same bytes consumed from the broker's local disk (a topic without remote storage). Reports
-# MB/s, the ratios, the chunk size, and strata tier's peak RSS while copying and serving.
+# MiB/s, the ratios, the chunk size, and strata tier's peak RSS while copying and serving.
 # Optionally (COPY_MIB > 0) it also copies one synthetic segment of that size through the API
 # and reports strata tier's peak RSS during that copy.
 #
 # usage: bench/tier.sh [SIZE_MIB=256] [CHUNK=4MiB]
 # env:   REPEAT=3 (runs per case, median reported)  SEGMENT_MIB=64 (topic segment.bytes)
 #        CACHE=disk|memory  PREFETCH=2  COMPRESSION=none|zstd  COPY_MIB=0
+#        FETCH_SIZES="default 8388608" (consumer max.partition.fetch.bytes per configuration
+#        measured; "default" = librdkafka's 1 MiB)  BENCH_SMOKE=1 (one run, default only)
 #        STRATA_BIN (default target/release/strata, built when missing)  OUT (markdown file)
 # needs: ./dev up (Kafka with tiered storage on, LocalStack), kcat, curl; port 9190 free.
 set -euo pipefail
@@ -23,6 +25,8 @@ CACHE="${CACHE:-disk}"
 PREFETCH="${PREFETCH:-2}"
 COMPRESSION="${COMPRESSION:-none}"
 COPY_MIB="${COPY_MIB:-0}"
+FETCH_SIZES="${FETCH_SIZES:-default 8388608}"
+if [[ "${BENCH_SMOKE:-0}" == "1" ]]; then REPEAT=1; FETCH_SIZES="default"; fi
 BIN="${STRATA_BIN:-$ROOT/target/release/strata}"
 
 log() { printf '[bench/tier] %s\n' "$*" >&2; }
@@ -114,11 +118,13 @@ local_logs() { ls "$STRATA_TEST_KAFKA_LOG_DIR/$T_TIER-0" 2>/dev/null | grep -c '
 
 now() { date +%s.%N; }
 
-# consume TOPIC: seconds to read the topic from the beginning to its end (checks the count).
+# consume TOPIC: seconds to read the topic from the beginning to its end (checks the count),
+# with the consumer options in KCAT_X.
+KCAT_X=()
 consume() {
   local t0 t1 n
   t0=$(now)
-  n=$(kcat -C -b "$BOOT" -t "$1" -o beginning -e -q -f '%s\n' | wc -l)
+  n=$(kcat -C -b "$BOOT" -t "$1" -o beginning -e -q "${KCAT_X[@]}" -f '%s\n' | wc -l)
   t1=$(now)
   [[ "$n" -ge "$LINES" ]] || die "read $n records from $1, expected at least $LINES"
   echo "$t0 $t1" | awk '{printf "%.3f", $2 - $1}'
@@ -158,26 +164,71 @@ COPY_SECS=$(echo "$COPY_T0 $COPY_T1" | awk '{printf "%.1f", $2 - $1}')
 stop_tier
 
 # --- consume ------------------------------------------------------------------------
-log "consuming: local x$REPEAT, then (cold, warm) x$REPEAT through strata tier"
 consume "$T_LOCAL" >/dev/null # page cache as it would be on a busy broker
 start_tier "$WORK/cache-warmup"
 consume "$T_TIER" >/dev/null  # the broker's remote read path warmed up (JIT, index cache)
 stop_tier
-: >"$WORK/local" ; : >"$WORK/cold" ; : >"$WORK/warm"
 SERVE_RSS=0
-for r in $(seq 1 "$REPEAT"); do
-  consume "$T_LOCAL" >>"$WORK/local"; echo >>"$WORK/local"
-  start_tier "$WORK/cache-$r"
-  consume "$T_TIER" >>"$WORK/cold"; echo >>"$WORK/cold"
-  consume "$T_TIER" >>"$WORK/warm"; echo >>"$WORK/warm"
-  p=$(peak_rss_mib); [[ $p -gt $SERVE_RSS ]] && SERVE_RSS=$p
-  END_RSS=$(rss_mib)
-  stop_tier
+ROWS=""
+for fetch in $FETCH_SIZES; do
+  if [[ "$fetch" == "default" ]]; then
+    KCAT_X=(); label="librdkafka defaults (1 MiB per partition fetch)"
+  else
+    KCAT_X=(-X "fetch.message.max.bytes=$fetch"); label="max.partition.fetch.bytes=$(( fetch / 1048576 )) MiB"
+  fi
+  log "consumer $label: local x$REPEAT, then (cold, warm) x$REPEAT through strata tier"
+  : >"$WORK/local" ; : >"$WORK/cold" ; : >"$WORK/warm"
+  for r in $(seq 1 "$REPEAT"); do
+    consume "$T_LOCAL" >>"$WORK/local"; echo >>"$WORK/local"
+    start_tier "$WORK/cache-$r"
+    consume "$T_TIER" >>"$WORK/cold"; echo >>"$WORK/cold"
+    consume "$T_TIER" >>"$WORK/warm"; echo >>"$WORK/warm"
+    p=$(peak_rss_mib); [[ $p -gt $SERVE_RSS ]] && SERVE_RSS=$p
+    END_RSS=$(rss_mib)
+    stop_tier
+  done
+  L=$(median <"$WORK/local"); C=$(median <"$WORK/cold"); W=$(median <"$WORK/warm")
+  LM=$(mbps "$L"); CM=$(mbps "$C"); WM=$(mbps "$W")
+  CR=$(awk -v a="$CM" -v b="$LM" 'BEGIN {printf "%.0f", 100 * a / b}')
+  WR=$(awk -v a="$WM" -v b="$LM" 'BEGIN {printf "%.0f", 100 * a / b}')
+  ROWS+="| $label | local disk | $L | $LM | 100% |"$'\n'
+  ROWS+="| | tiered, cold cache | $C | $CM | ${CR}% |"$'\n'
+  ROWS+="| | tiered, warm cache | $W | $WM | ${WR}% |"$'\n'
 done
-L=$(median <"$WORK/local"); C=$(median <"$WORK/cold"); W=$(median <"$WORK/warm")
-LM=$(mbps "$L"); CM=$(mbps "$C"); WM=$(mbps "$W")
-CR=$(awk -v a="$CM" -v b="$LM" 'BEGIN {printf "%.0f", 100 * a / b}')
-WR=$(awk -v a="$WM" -v b="$LM" 'BEGIN {printf "%.0f", 100 * a / b}')
+
+# --- strata tier alone: whole segments read through its HTTP API ------------------------
+# What strata tier itself serves, without the broker: every tiered segment of the topic read
+# from start to end, once on an empty cache and once warm.
+direct_read() {
+  "${STRATA_TEST_PYTHON:-python3}" - "$STRATA_TEST_S3_ENDPOINT" "strata-bench" "$PREFIX/tiered/$T_TIER-" "$TIER_ADDR" <<'PY'
+import http.client, json, re, sys, time, urllib.request
+endpoint, bucket, prefix, addr = sys.argv[1:]
+listing = urllib.request.urlopen(f"{endpoint}/{bucket}?list-type=2&prefix={urllib.request.quote(prefix)}").read().decode()
+keys = [k for k in re.findall(r"<Key>([^<]+)</Key>", listing) if k.endswith(".manifest")]
+segments = [json.loads(urllib.request.urlopen(f"{endpoint}/{bucket}/{k}").read())["segment"] for k in keys]
+host, port = addr.split(":")
+total, t0 = 0, time.monotonic()
+for seg in segments:
+    c = http.client.HTTPConnection(host, int(port))
+    c.request("POST", "/v1/fetch", json.dumps({"segment": seg, "start_position": 0, "end_position": None}),
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200, r.read()
+    while True:
+        b = r.read(1 << 20)
+        if not b:
+            break
+        total += len(b)
+    c.close()
+s = time.monotonic() - t0
+print(f"{s:.3f} {total / 1048576 / s:.1f} {len(segments)}")
+PY
+}
+log "reading the tiered segments straight from strata tier (cold, then warm)"
+start_tier "$WORK/cache-direct"
+read -r DC_S DC_M DC_N <<<"$(direct_read)"
+read -r DW_S DW_M _ <<<"$(direct_read)"
+stop_tier
 
 # --- one big segment copied through the API -------------------------------------------
 COPY_LINE=""
@@ -203,15 +254,16 @@ fi
 REPORT="$(cat <<EOF
 ### Tier: $(date -u +%Y-%m-%d) — ${SIZE_MIB} MiB, chunk ${CHUNK}, ${CACHE} cache, compression ${COMPRESSION}
 
-Consume from the beginning with kcat (librdkafka defaults), one partition, ${SEGMENT_MIB} MiB
-segments, 1 KiB records; median of ${REPEAT} runs. Local = a topic without remote storage
-(page cache warm). Cold = strata tier restarted on an empty chunk cache before the run.
+Consume from the beginning with kcat, one partition, ${SEGMENT_MIB} MiB segments, 1 KiB
+records; median of ${REPEAT} runs. Local = a topic without remote storage (page cache warm).
+Cold = strata tier restarted on an empty chunk cache before the run; warm = the run after.
 
-| case | seconds | MB/s | vs local |
-| --- | ---: | ---: | ---: |
-| local disk | $L | $LM | 100% |
-| tiered, cold cache | $C | $CM | ${CR}% |
-| tiered, warm cache | $W | $WM | ${WR}% |
+| consumer | case | seconds | MiB/s | vs local |
+| --- | --- | ---: | ---: | ---: |
+${ROWS}
+strata tier alone (no broker): its ${DC_N} segments read whole through the HTTP API, one
+after the other: cold ${DC_M} MiB/s (${DC_S} s, chunks fetched from LocalStack), warm ${DW_M} MiB/s
+(${DW_S} s).
 
 | strata tier | |
 | --- | --- |

@@ -589,6 +589,35 @@ async fn api_scenario(compression: &str, chunk: u64) {
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(fetch(&addr, &seg_a, 0, None).await.body == original);
 
+    // A sequential reader near the end of a segment has the next segment's first chunks
+    // fetched ahead: reading them afterwards costs no GET.
+    let mut seg_p = segment_json(&src, &random_kafka_id());
+    seg_p["start_offset"] = serde_json::json!(2000);
+    seg_p["end_offset"] = serde_json::json!(2999);
+    let mut seg_next = segment_json(&src, &random_kafka_id());
+    seg_next["start_offset"] = serde_json::json!(3000);
+    seg_next["end_offset"] = serde_json::json!(3999);
+    for seg in [&seg_p, &seg_next] {
+        let r = post(&addr, "/v1/copy", &copy_json(&src, seg, false)).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    let prefetched = metric(&metrics_addr, "strata_tier_prefetches_total").await;
+    let last_chunk_start = (size - 1) / chunk_i * chunk_i;
+    let r = fetch(&addr, &seg_p, last_chunk_start, None).await;
+    assert!(r.body == original[last_chunk_start as usize..]);
+    eventually(30, "the next segment's first chunks prefetched", || async {
+        metric(&metrics_addr, "strata_tier_prefetches_total").await >= prefetched + 3.0
+    })
+    .await;
+    let misses = metric(&metrics_addr, "strata_tier_cache_misses_total").await;
+    let r = fetch(&addr, &seg_next, 0, Some(chunk_i * 3 - 1)).await;
+    assert!(r.body == original[..(chunk_i * 3) as usize]);
+    assert_eq!(
+        metric(&metrics_addr, "strata_tier_cache_misses_total").await,
+        misses,
+        "the next segment's first chunks came from the cache (or loads already running)"
+    );
+
     // Requests that cannot be served.
     let unknown = segment_json(&src, &random_kafka_id());
     let r = fetch(&addr, &unknown, 0, None).await;

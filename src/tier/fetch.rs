@@ -21,6 +21,7 @@ use futures::stream::{BoxStream, StreamExt};
 use lru::LruCache;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
 /// Object store GETs in flight at once (reads and prefetches together), so a burst of readers
@@ -29,6 +30,9 @@ const MAX_CONCURRENT_GETS: usize = 32;
 
 /// Manifests kept parsed in memory (a few KiB each).
 const MANIFEST_CACHE_ENTRIES: usize = 4096;
+
+/// How long a next segment found missing is not looked for again.
+const LOOK_AGAIN: Duration = Duration::from_secs(10);
 
 /// The bytes of a fetch: exactly `len` bytes unless an error ends the stream.
 pub struct SegmentRead {
@@ -41,8 +45,9 @@ pub struct Reader {
     prefix: DumpDir,
     chunks: ChunkSource,
     manifests: Mutex<LruCache<String, Arc<LoadedManifest>>>,
-    /// Key prefixes of next segments already looked up (see [`Reader::look_ahead`]).
-    looked_ahead: Mutex<LruCache<String, ()>>,
+    /// Next segments looked up (see [`Reader::look_ahead`]) by key prefix: `None` when found
+    /// or being looked up, else when it was last found missing.
+    looked_ahead: Mutex<LruCache<String, Option<Instant>>>,
 }
 
 /// What loading a chunk needs; cheap to clone into a response stream.
@@ -77,6 +82,10 @@ impl Reader {
     /// Forgets a segment's cached manifest (after a copy or delete changed it).
     pub fn forget(&self, keys: &SegmentKeys) {
         self.manifests_lock().pop(&keys.manifest);
+    }
+
+    fn looked_ahead_lock(&self) -> std::sync::MutexGuard<'_, LruCache<String, Option<Instant>>> {
+        self.looked_ahead.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn manifests_lock(&self) -> std::sync::MutexGuard<'_, LruCache<String, Arc<LoadedManifest>>> {
@@ -163,10 +172,13 @@ impl Reader {
         };
         let prefix = format!("{}{next:020}-", partition_prefix(&self.prefix, seg));
         {
-            let mut done = self.looked_ahead.lock().unwrap_or_else(|p| p.into_inner());
-            if done.put(prefix.clone(), ()).is_some() {
-                return;
+            let mut done = self.looked_ahead_lock();
+            match done.get(&prefix) {
+                Some(None) => return,
+                Some(Some(missing)) if missing.elapsed() < LOOK_AGAIN => return,
+                _ => {}
             }
+            done.put(prefix.clone(), None);
             while done.len() > MANIFEST_CACHE_ENTRIES {
                 done.pop_lru();
             }
@@ -190,6 +202,8 @@ impl Reader {
                     Err(e) => tracing::debug!(error = %e, "next segment's manifest unusable"),
                 }
             }
+            // Not tiered yet (or not at all): worth another look later.
+            reader.looked_ahead_lock().put(prefix, Some(Instant::now()));
         });
     }
 
