@@ -37,6 +37,9 @@ BOOT="$STRATA_TEST_BOOTSTRAP"
 TIER_ADDR="$STRATA_TEST_TIER_ADDR"
 TIER_PORT="${TIER_ADDR##*:}"
 command -v kcat >/dev/null || die "kcat is missing (./dev setup installs it)"
+[[ -d "$STRATA_TEST_KAFKA_LOG_DIR" ]] || die "no broker data in $STRATA_TEST_KAFKA_LOG_DIR: run bench/tier.sh of the checkout whose ./dev started Kafka"
+PYTHON="${STRATA_TEST_PYTHON:-}"
+[[ -x "$PYTHON" ]] || PYTHON=python3
 (exec 3<>"/dev/tcp/127.0.0.1/${BOOT##*:}") 2>/dev/null || die "Kafka is not up on $BOOT: run ./dev up"
 if (exec 3<>"/dev/tcp/127.0.0.1/$TIER_PORT") 2>/dev/null; then
   die "something already listens on $TIER_ADDR (another strata tier?); stop it first"
@@ -114,7 +117,7 @@ EOF
 peak_rss_mib() { awk '/VmHWM/ {printf "%.0f", $2/1024}' "/proc/$TIER_PID/status"; }
 rss_mib() { awk '/VmRSS/ {printf "%.0f", $2/1024}' "/proc/$TIER_PID/status"; }
 
-local_logs() { ls "$STRATA_TEST_KAFKA_LOG_DIR/$T_TIER-0" 2>/dev/null | grep -c '\.log$' || true; }
+local_logs() { ls "$STRATA_TEST_KAFKA_LOG_DIR/$T_TIER-0" | grep -c '\.log$' || true; }
 
 now() { date +%s.%N; }
 
@@ -200,7 +203,7 @@ done
 # What strata tier itself serves, without the broker: every tiered segment of the topic read
 # from start to end, once on an empty cache and once warm.
 direct_read() {
-  "${STRATA_TEST_PYTHON:-python3}" - "$STRATA_TEST_S3_ENDPOINT" "strata-bench" "$PREFIX/tiered/$T_TIER-" "$TIER_ADDR" <<'PY'
+  "$PYTHON" - "$STRATA_TEST_S3_ENDPOINT" "strata-bench" "$PREFIX/tiered/$T_TIER-" "$TIER_ADDR" <<'PY'
 import http.client, json, re, sys, time, urllib.request
 endpoint, bucket, prefix, addr = sys.argv[1:]
 listing = urllib.request.urlopen(f"{endpoint}/{bucket}?list-type=2&prefix={urllib.request.quote(prefix)}").read().decode()
