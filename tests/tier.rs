@@ -714,6 +714,13 @@ async fn api_scenario(compression: &str, chunk: u64) {
     );
     assert!(metric(&metrics_addr, "strata_tier_errors_total{op=\"fetch\"}").await >= 1.0);
 
+    // Leave nothing behind in the bucket.
+    for seg in [&seg_b, &seg_c, &seg_p, &seg_next] {
+        let r = post(&addr, "/v1/delete", &serde_json::json!({"segment": seg})).await;
+        assert_eq!(r.status, 204, "{}", r.text());
+    }
+    assert_eq!(store.list("tiered/").await.unwrap(), vec![]);
+
     tier.kill();
     drop(src.dir);
 }
