@@ -167,7 +167,9 @@ fn stop_on_signals(stop: Arc<AtomicBool>) {
                 _ = term.recv() => {}
             }
             if first {
-                tracing::info!("stopping gracefully: finishing the work in flight (signal again to abort)");
+                tracing::info!(
+                    "stopping gracefully: finishing the work in flight (signal again to abort)"
+                );
                 stop.store(true, Ordering::Relaxed);
                 first = false;
             } else {
