@@ -149,6 +149,18 @@ fn start_logging(cfg: &Config, arg: Option<LogFormatArg>) -> anyhow::Result<()> 
     Ok(())
 }
 
+/// What every long-running mode starts with: logs, metrics, and a stop flag set by signals.
+async fn start_mode(
+    cfg: &Config,
+    log_format: Option<LogFormatArg>,
+) -> anyhow::Result<Arc<AtomicBool>> {
+    start_logging(cfg, log_format)?;
+    strata::telemetry::install_metrics(&cfg.telemetry).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    stop_on_signals(stop.clone());
+    Ok(stop)
+}
+
 /// First SIGINT/SIGTERM asks for a graceful stop; a second one exits at once.
 fn stop_on_signals(stop: Arc<AtomicBool>) {
     tokio::spawn(async move {
@@ -200,10 +212,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(c) => c,
                 Err(code) => return Ok(code),
             };
-            start_logging(&cfg, cli.log_format)?;
-            strata::telemetry::install_metrics(&cfg.telemetry).await?;
-            let stop = Arc::new(AtomicBool::new(false));
-            stop_on_signals(stop.clone());
+            let stop = start_mode(&cfg, cli.log_format).await?;
             let summaries = strata::dump::run(&cfg, strata::dump::DumpOptions { once }, stop)
                 .await
                 .context("dump failed")?;
@@ -221,13 +230,11 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     return Ok(ExitCode::from(2));
                 }
             };
-            start_logging(&cfg, cli.log_format)?;
             let Some(restore) = cfg.restore.as_ref() else {
                 eprintln!("error: no [restore] settings; see config/example.toml");
                 return Ok(ExitCode::from(2));
             };
-            let stop = Arc::new(AtomicBool::new(false));
-            stop_on_signals(stop.clone());
+            let stop = start_mode(&cfg, cli.log_format).await?;
             let opts = strata::restore::RestoreOptions {
                 dry_run: args.dry_run,
                 stop,
@@ -248,10 +255,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(c) => c,
                 Err(code) => return Ok(code),
             };
-            start_logging(&cfg, cli.log_format)?;
-            strata::telemetry::install_metrics(&cfg.telemetry).await?;
-            let stop = Arc::new(AtomicBool::new(false));
-            stop_on_signals(stop.clone());
+            let stop = start_mode(&cfg, cli.log_format).await?;
             strata::tier::serve(&cfg, stop)
                 .await
                 .context("tier failed")?;

@@ -158,6 +158,32 @@ impl S3Store {
         )
     }
 
+    /// GET of a whole object or of a byte range (end exclusive), body collected.
+    async fn get_object(&self, key: &str, range: Option<Range<u64>>) -> Result<Bytes, StoreError> {
+        let full = self.full_key(key)?;
+        let op = if range.is_some() { "ranged get" } else { "get" };
+        let out = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(full)
+            .set_range(range.map(|r| format!("bytes={}-{}", r.start, r.end - 1)))
+            .send()
+            .await
+            .map_err(|e| self.err(key, op, e))?;
+        out.body
+            .collect()
+            .await
+            .map(|b| b.into_bytes())
+            .map_err(|e| {
+                StoreError::new(
+                    ErrorKind::Unreachable,
+                    self.location(key),
+                    format!("reading the body failed: {e}"),
+                )
+            })
+    }
+
     async fn upload_part(
         &self,
         key: &str,
@@ -243,26 +269,7 @@ impl ObjectStore for S3Store {
     }
 
     async fn get(&self, key: &str) -> Result<Bytes, StoreError> {
-        let full = self.full_key(key)?;
-        let out = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(full)
-            .send()
-            .await
-            .map_err(|e| self.err(key, "get", e))?;
-        out.body
-            .collect()
-            .await
-            .map(|b| b.into_bytes())
-            .map_err(|e| {
-                StoreError::new(
-                    ErrorKind::Unreachable,
-                    self.location(key),
-                    format!("reading the body failed: {e}"),
-                )
-            })
+        self.get_object(key, None).await
     }
 
     async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes, StoreError> {
@@ -273,27 +280,7 @@ impl ObjectStore for S3Store {
                 format!("empty range {}..{}", range.start, range.end),
             ));
         }
-        let full = self.full_key(key)?;
-        let out = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(full)
-            .range(format!("bytes={}-{}", range.start, range.end - 1))
-            .send()
-            .await
-            .map_err(|e| self.err(key, "ranged get", e))?;
-        out.body
-            .collect()
-            .await
-            .map(|b| b.into_bytes())
-            .map_err(|e| {
-                StoreError::new(
-                    ErrorKind::Unreachable,
-                    self.location(key),
-                    format!("reading the body failed: {e}"),
-                )
-            })
+        self.get_object(key, Some(range)).await
     }
 
     async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError> {
