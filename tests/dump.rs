@@ -12,17 +12,6 @@ use strata::format::{Delimiter, Record, TextOptions};
 use strata::layout::TimeDirFormat;
 use strata::store::{FsStore, ObjectStore};
 
-/// Yesterday 22:00 UTC: sample records (one per second) cross hours, and the test that needs
-/// it crosses midnight. Recent, so the broker's 7-day retention keeps them.
-fn base_ts() -> i64 {
-    let midnight = chrono::Utc::now()
-        .date_naive()
-        .and_hms_opt(0, 0, 0)
-        .unwrap()
-        .and_utc();
-    midnight.timestamp_millis() - 2 * 3_600_000
-}
-
 fn utc_dir(ts: i64, pattern: &str) -> String {
     chrono::DateTime::from_timestamp_millis(ts)
         .unwrap()

@@ -16,16 +16,6 @@ use strata::format::{Header, Record, TextOptions, TimestampType};
 use strata::restore::{RestoreError, RestoreOptions, RestoreSummary};
 use strata::store::FsStore;
 
-/// Yesterday 22:00 UTC, like the dump tests: recent enough for the broker's retention.
-fn base_ts() -> i64 {
-    let midnight = chrono::Utc::now()
-        .date_naive()
-        .and_hms_opt(0, 0, 0)
-        .unwrap()
-        .and_utc();
-    midnight.timestamp_millis() - 2 * 3_600_000
-}
-
 fn rfc3339(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms)
         .unwrap()

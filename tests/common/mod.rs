@@ -335,3 +335,14 @@ pub fn init_logs() {
         .with_env_filter(filter)
         .try_init();
 }
+
+/// Yesterday 22:00 UTC: sample records (one per second) cross hours, and tests that need it cross
+/// midnight. Recent, so the broker's 7-day retention keeps them.
+pub fn base_ts() -> i64 {
+    let midnight = chrono::Utc::now()
+        .date_naive()
+        .and_hms_opt(0, 0, 0)
+        .unwrap_or_default()
+        .and_utc();
+    midnight.timestamp_millis() - 2 * 3_600_000
+}
