@@ -1,0 +1,466 @@
+//! Raw TOML into typed values. Collects every problem instead of stopping at the first, and
+//! never copies a secret's value into a message. One file per section: `kafka`, `store`,
+//! `tasks` (dump), `restore`, `tier`; shared checks live here.
+
+mod kafka;
+mod restore;
+mod store;
+mod tasks;
+mod tier;
+
+use super::raw::*;
+use super::secret::{self, Secret};
+use super::size::RawSize;
+use super::*;
+use crate::format::{Delimiter, FormatKind, FormatSpec, TextOptions};
+
+/// Parses TOML text; syntax and type errors give the line and column, without echoing values.
+pub(super) fn parse(text: &str, origin: &str) -> Result<RawConfig, ConfigError> {
+    toml::from_str::<RawConfig>(text).map_err(|e| {
+        let at = e
+            .span()
+            .map(|s| {
+                let before = &text[..s.start.min(text.len())];
+                let line = before.matches('\n').count() + 1;
+                let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+                format!("line {line}, column {col}: ")
+            })
+            .unwrap_or_default();
+        ConfigError::Syntax {
+            path: origin.to_string(),
+            message: format!("{at}{}", redact_serde(e.message())),
+        }
+    })
+}
+
+/// serde quotes the offending value ("invalid type: string \"hunter2\", expected ..."): keep the
+/// kind, drop the value, since it may be a secret.
+fn redact_serde(msg: &str) -> String {
+    for prefix in ["invalid type: ", "invalid value: "] {
+        if let Some(rest) = msg.strip_prefix(prefix) {
+            let kind = rest.split([' ', ',']).next().unwrap_or_default();
+            let expected = rest
+                .find(", expected")
+                .map(|i| &rest[i..])
+                .unwrap_or_default();
+            return format!("{prefix}{kind}{expected}");
+        }
+    }
+    msg.to_string()
+}
+
+struct Ctx<'a> {
+    issues: Vec<Issue>,
+    env: &'a dyn Fn(&str) -> Option<String>,
+}
+
+impl Ctx<'_> {
+    fn push(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.issues.push(Issue {
+            key: key.into(),
+            message: message.into(),
+        });
+    }
+
+    /// `${VAR}` expansion of a plain value.
+    fn text(&mut self, key: &str, v: &Option<String>) -> Option<String> {
+        let v = v.as_ref()?;
+        match secret::expand(v, self.env) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                self.push(key, e.to_string());
+                None
+            }
+        }
+    }
+
+    fn secret(&mut self, key: &str, v: &Option<String>) -> Option<Secret> {
+        let raw = v.as_ref()?;
+        let vars = secret::variables(raw);
+        let origin = if vars.is_empty() {
+            "inline".to_string()
+        } else {
+            format!("from ${{{}}}", vars.join("}, ${"))
+        };
+        self.text(key, v).map(|s| Secret::new(s, origin))
+    }
+
+    fn unknown(&mut self, table: &str, unknown: &Unknown, known: &[&str]) {
+        for k in unknown.keys() {
+            let key = if table.is_empty() {
+                k.clone()
+            } else {
+                format!("{table}.{k}")
+            };
+            let best = known
+                .iter()
+                .map(|c| (strsim::jaro_winkler(k, c), *c))
+                .filter(|(s, _)| *s > 0.8)
+                .max_by(|a, b| a.0.total_cmp(&b.0));
+            match best {
+                Some((_, c)) => self.push(key, format!("unknown key; did you mean \"{c}\"?")),
+                None => self.push(
+                    key,
+                    format!("unknown key; known keys here: {}", known.join(", ")),
+                ),
+            }
+        }
+    }
+
+    fn choice<T>(
+        &mut self,
+        key: &str,
+        v: &Option<String>,
+        default: T,
+        parse: impl Fn(&str) -> Option<T>,
+        names: &str,
+    ) -> T {
+        match self.text(key, v) {
+            None => default,
+            Some(s) => parse(&s).unwrap_or_else(|| {
+                self.push(key, format!("{s:?} is not one of {names}"));
+                default
+            }),
+        }
+    }
+
+    fn size(&mut self, key: &str, v: &Option<RawSize>, default: ByteSize) -> ByteSize {
+        match v {
+            None => default,
+            Some(s) => s.resolve().unwrap_or_else(|m| {
+                self.push(key, m);
+                default
+            }),
+        }
+    }
+}
+
+pub(super) const TOP_KEYS: &[&str] = &[
+    "kafka",
+    "store",
+    "limits",
+    "telemetry",
+    "tasks",
+    "restore",
+    "tier",
+];
+pub(super) const KAFKA_KEYS: &[&str] = &[
+    "bootstrap_servers",
+    "security_protocol",
+    "sasl_mechanism",
+    "username",
+    "password",
+    "ssl_ca_location",
+    "ssl_certificate_location",
+    "ssl_key_location",
+    "ssl_key_password",
+    "client_id",
+    "properties",
+];
+pub(super) const STORE_KEYS: &[&str] = &[
+    "url",
+    "region",
+    "endpoint",
+    "path_style",
+    "access_key",
+    "secret_key",
+    "create_bucket",
+    "part_size",
+    "max_attempts",
+];
+pub(super) const LIMITS_KEYS: &[&str] = &["max_tasks", "buffer_memory"];
+pub(super) const TELEMETRY_KEYS: &[&str] = &["log_format", "log_level", "metrics_listen"];
+pub(super) const TASK_KEYS: &[&str] = &[
+    "type",
+    "name",
+    "topics",
+    "topic_regex",
+    "start_offset",
+    "dump_interval_secs",
+    "bucket",
+    "directory",
+    "time_directory",
+    "time_zone",
+    "time_source",
+    "record_delimiter",
+    "store_key",
+    "key_separator",
+    "format",
+    "compression",
+    "max_file_size",
+    "topic_refresh_secs",
+];
+pub(super) const RESTORE_KEYS: &[&str] = &[
+    "bucket",
+    "directory",
+    "time_directory",
+    "time_zone",
+    "topics",
+    "topic_regex",
+    "from",
+    "to",
+    "target_prefix",
+    "topic_map",
+    "partitioning",
+    "create_topics",
+    "partitions",
+    "replication_factor",
+    "rate_limit_mib_per_sec",
+    "checkpoint",
+    "skip_corrupt",
+    "exactly_once",
+    "record_delimiter",
+    "store_key",
+    "key_separator",
+    "kafka",
+];
+pub(super) const TIER_KEYS: &[&str] = &[
+    "listen",
+    "prefix",
+    "chunk_size",
+    "compression",
+    "cache_dir",
+    "cache_size",
+    "prefetch_chunks",
+    "upload_concurrency",
+];
+
+pub(super) fn validate(
+    raw: RawConfig,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, Vec<Issue>> {
+    let mut cx = Ctx {
+        issues: Vec::new(),
+        env,
+    };
+    cx.unknown("", &raw.unknown, TOP_KEYS);
+    let kafka = kafka::kafka(&mut cx, "kafka", raw.kafka.unwrap_or_default());
+    let store = store::store(&mut cx, raw.store.unwrap_or_default());
+    let limits = limits(&mut cx, raw.limits.unwrap_or_default());
+    let telemetry = telemetry(&mut cx, raw.telemetry.unwrap_or_default());
+    if raw.tasks.len() > limits.max_tasks as usize {
+        cx.push(
+            "tasks",
+            format!(
+                "{} tasks, but at most {} are allowed per file (limits.max_tasks); split them over several files or processes",
+                raw.tasks.len(),
+                limits.max_tasks
+            ),
+        );
+    }
+    let tasks: Vec<DumpTask> = raw
+        .tasks
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| tasks::task(&mut cx, &format!("tasks[{i}]"), t, &store))
+        .collect();
+    tasks::check_task_overlaps(&mut cx, &tasks);
+    let restore = raw
+        .restore
+        .map(|r| restore::restore(&mut cx, r, &store, &kafka));
+    let tier = tier::tier(&mut cx, raw.tier.unwrap_or_default());
+    if !cx.issues.is_empty() {
+        return Err(cx.issues);
+    }
+    Ok(Config {
+        kafka,
+        store,
+        limits,
+        telemetry,
+        tasks,
+        restore: restore.flatten(),
+        tier,
+    })
+}
+
+fn limits(cx: &mut Ctx<'_>, raw: RawLimits) -> Limits {
+    cx.unknown("limits", &raw.unknown, LIMITS_KEYS);
+    let buffer_memory = cx.size(
+        "limits.buffer_memory",
+        &raw.buffer_memory,
+        defaults::BUFFER_MEMORY,
+    );
+    if buffer_memory < ByteSize::mib(16) {
+        cx.push(
+            "limits.buffer_memory",
+            format!("{buffer_memory} is too small; use at least 16MiB"),
+        );
+    }
+    let max_tasks = raw.max_tasks.unwrap_or(defaults::MAX_TASKS);
+    if max_tasks == 0 {
+        cx.push("limits.max_tasks", "must be at least 1");
+    }
+    Limits {
+        max_tasks,
+        buffer_memory,
+    }
+}
+
+fn telemetry(cx: &mut Ctx<'_>, raw: RawTelemetry) -> TelemetryConfig {
+    cx.unknown("telemetry", &raw.unknown, TELEMETRY_KEYS);
+    let log_format = cx.choice(
+        "telemetry.log_format",
+        &raw.log_format,
+        LogFormat::Human,
+        |s| match s {
+            "human" => Some(LogFormat::Human),
+            "json" => Some(LogFormat::Json),
+            _ => None,
+        },
+        "\"human\" or \"json\"",
+    );
+    let log_level = cx
+        .text("telemetry.log_level", &raw.log_level)
+        .unwrap_or_else(|| "info".to_string());
+    if tracing_subscriber::EnvFilter::try_new(&log_level).is_err() {
+        cx.push("telemetry.log_level", format!("{log_level:?} is not a level or filter; use error, warn, info, debug or e.g. \"info,strata=debug\""));
+    }
+    let metrics_listen = match cx.text("telemetry.metrics_listen", &raw.metrics_listen) {
+        None => None,
+        Some(s) if s.is_empty() => None,
+        Some(s) => s.parse::<SocketAddr>().map(Some).unwrap_or_else(|_| {
+            cx.push(
+                "telemetry.metrics_listen",
+                format!("{s:?} is not \"ip:port\" (e.g. \"127.0.0.1:9464\")"),
+            );
+            None
+        }),
+    };
+    TelemetryConfig {
+        log_format,
+        log_level,
+        metrics_listen,
+    }
+}
+
+fn valid_topic_name(t: &str) -> bool {
+    !t.is_empty()
+        && t.len() <= 249
+        && t != "."
+        && t != ".."
+        && t.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+fn topic_selector(
+    cx: &mut Ctx<'_>,
+    k: &str,
+    list: &Option<Vec<String>>,
+    regex: &Option<String>,
+    required: bool,
+) -> Option<TopicSelector> {
+    match (list, regex) {
+        (Some(_), Some(_)) => {
+            cx.push(
+                format!("{k}.topics"),
+                "and topic_regex are both set; use one: a list of names or one regular expression",
+            );
+            None
+        }
+        (Some(list), None) => {
+            if list.is_empty() {
+                cx.push(format!("{k}.topics"), "is empty; name at least one topic");
+            }
+            if list.len() > defaults::MAX_TOPICS {
+                cx.push(
+                    format!("{k}.topics"),
+                    format!(
+                        "lists {} topics, at most {} are allowed; use topic_regex for more",
+                        list.len(),
+                        defaults::MAX_TOPICS
+                    ),
+                );
+            }
+            for t in list {
+                if !valid_topic_name(t) {
+                    cx.push(format!("{k}.topics"), format!("{t:?} is not a valid Kafka topic name (letters, digits, '.', '_', '-', at most 249)"));
+                }
+            }
+            Some(TopicSelector::List(list.clone()))
+        }
+        (None, Some(r)) => match regex::Regex::new(&format!("^(?:{r})$")) {
+            Ok(re) => Some(TopicSelector::Regex(re)),
+            Err(e) => {
+                let detail = e.to_string().lines().last().unwrap_or_default().to_string();
+                cx.push(
+                    format!("{k}.topic_regex"),
+                    format!("{r:?} is not a valid regular expression ({detail})"),
+                );
+                None
+            }
+        },
+        (None, None) => {
+            if required {
+                cx.push(
+                    format!("{k}.topics"),
+                    "is missing; set topics = [\"name\", ...] or topic_regex = \"pattern\"",
+                );
+            }
+            None
+        }
+    }
+}
+
+fn time_zone(cx: &mut Ctx<'_>, k: &str, v: &Option<String>) -> Tz {
+    match cx.text(k, v) {
+        None => Tz::UTC,
+        Some(s) => s.parse::<Tz>().unwrap_or_else(|_| {
+            cx.push(
+                k,
+                format!("{s:?} is not an IANA time zone (e.g. \"UTC\", \"Europe/Berlin\")"),
+            );
+            Tz::UTC
+        }),
+    }
+}
+
+fn time_directory(cx: &mut Ctx<'_>, k: &str, v: &Option<String>) -> crate::layout::TimeDirFormat {
+    let s = cx
+        .text(k, v)
+        .unwrap_or_else(|| defaults::TIME_DIRECTORY.to_string());
+    crate::layout::TimeDirFormat::parse(&s).unwrap_or_else(|e| {
+        cx.push(k, format!("{s:?} {e}"));
+        crate::layout::TimeDirFormat::parse(defaults::TIME_DIRECTORY)
+            .unwrap_or_else(|_| unreachable!())
+    })
+}
+
+fn text_options(
+    cx: &mut Ctx<'_>,
+    k: &str,
+    delimiter: &Option<String>,
+    store_key: Option<bool>,
+    separator: &Option<String>,
+) -> TextOptions {
+    let delimiter = cx.choice(
+        &format!("{k}.record_delimiter"),
+        delimiter,
+        Delimiter::Newline,
+        |s| s.parse().ok(),
+        Delimiter::NAMES,
+    );
+    let sep = cx
+        .text(&format!("{k}.key_separator"), separator)
+        .unwrap_or_else(|| defaults::KEY_SEPARATOR.to_string());
+    if store_key == Some(true) {
+        if sep.is_empty() {
+            cx.push(
+                format!("{k}.key_separator"),
+                "is empty; with store_key = true keys need a separator such as \":\"",
+            );
+        }
+        if delimiter
+            .byte()
+            .is_some_and(|d| sep.as_bytes().contains(&d))
+        {
+            cx.push(
+                format!("{k}.key_separator"),
+                format!("{sep:?} contains the record delimiter \"{delimiter}\"; pick another"),
+            );
+        }
+    }
+    TextOptions {
+        delimiter,
+        key_separator: (store_key == Some(true)).then(|| sep.into_bytes()),
+    }
+}
