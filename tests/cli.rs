@@ -136,3 +136,98 @@ fn unreachable_kafka_fails_clearly() {
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("cannot reach Kafka at 127.0.0.1:9"), "{text}");
 }
+
+/// A free port on loopback for a listener the child process opens.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_endpoint_and_json_logs_of_a_running_dump() {
+    let topic = unique("metrics");
+    create_topic(&topic, 2).await;
+    produce(&sample_records(&topic, 50, 2, base_ts())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = dir.path().join("c.toml");
+    let task = unique("metrics-task");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}[telemetry]\nmetrics_listen = \"127.0.0.1:{port}\"\n[[tasks]]\nname = \"{task}\"\ntopics = [\"{topic}\"]\ndump_interval_secs = 1\nformat = \"jsonl\"\n",
+            file_toml(&dir.path().join("archive"))
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("dump.log");
+    let mut child = Command::new(strata_bin())
+        .args(["--log-format", "json", "dump", "--config"])
+        .arg(&cfg)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}/metrics");
+    let written = format!("strata_dump_records_written_total{{task=\"{task}\"}} 50");
+    let last = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    eventually(60, "the records-written counter reaches 50", || {
+        let (url, written, last) = (url.clone(), written.clone(), last.clone());
+        async move {
+            // The endpoint is plain HTTP/1.1; a raw request keeps the test free of an HTTP client.
+            let got = tokio::task::spawn_blocking(move || http_get(&url))
+                .await
+                .unwrap()
+                .unwrap_or_default();
+            let hit = got.contains(&written);
+            *last.lock().unwrap() = got;
+            hit
+        }
+    })
+    .await;
+    let body = last.lock().unwrap().clone();
+    for name in [
+        "strata_dump_objects_written_total",
+        "strata_dump_bytes_written_total",
+        "strata_dump_upload_seconds_bucket",
+        "strata_dump_buffered_bytes",
+    ] {
+        assert!(body.contains(name), "{name} missing from /metrics:\n{body}");
+    }
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    assert!(child.wait().unwrap().success(), "graceful stop exits 0");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(!lines.is_empty());
+    for l in &lines {
+        let v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON log line ({e}): {l}"));
+        assert!(
+            v.get("level").is_some() && v.get("timestamp").is_some(),
+            "{l}"
+        );
+    }
+    assert!(
+        lines.iter().any(|l| l.contains("\"stored\"")),
+        "no stored event in:\n{text}"
+    );
+}
+
+fn http_get(url: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let rest = url.trim_start_matches("http://");
+    let (addr, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let mut s = std::net::TcpStream::connect(addr)?;
+    write!(
+        s,
+        "GET /{path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
