@@ -15,14 +15,29 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
 
-pub fn router(tier: Arc<Tier>) -> Router {
-    Router::new()
+/// Response header naming the Unix domain socket this service also listens on.
+pub const SOCKET_HEADER: &str = "strata-socket";
+
+/// The API; with `socket`, every response names it in [`SOCKET_HEADER`], so that a bridge on the
+/// same host can move its next connections there (see `super::unix_socket_path`).
+pub fn router(tier: Arc<Tier>, socket: Option<&std::path::Path>) -> Router {
+    let router = Router::new()
         .route("/v1/copy", post(copy))
         .route("/v1/fetch", post(fetch))
         .route("/v1/fetch-index", post(fetch_index))
         .route("/v1/delete", post(delete))
         .route("/v1/health", get(health))
-        .with_state(tier)
+        .with_state(tier);
+    let Some(value) = socket.and_then(|p| header::HeaderValue::from_str(p.to_str()?).ok()) else {
+        return router;
+    };
+    router.layer(axum::middleware::map_response(move |mut r: Response| {
+        let value = value.clone();
+        async move {
+            r.headers_mut().insert(SOCKET_HEADER, value);
+            r
+        }
+    }))
 }
 
 /// A failed request: logged once, counted, answered as text.
@@ -93,10 +108,10 @@ async fn fetch(State(t): State<Arc<Tier>>, body: Bytes) -> Result<Response, Fail
     let (start, end) = req.check().map_err(|e| fail("fetch")(e.into()))?;
     let read = t
         .reader
-        .read(&req.segment, start, end)
+        .read(&req.segment, start, end, req.max_bytes)
         .await
         .map_err(fail("fetch"))?;
-    tracing::debug!(segment = %req.segment.describe(), start, ?end, len = read.len, first_byte_us = started.elapsed().as_micros() as u64, "fetch");
+    tracing::debug!(segment = %req.segment.describe(), start, ?end, max_bytes = ?req.max_bytes, len = read.len, first_byte_us = started.elapsed().as_micros() as u64, "fetch");
     // The length is known, so the body is sent with Content-Length: a body cut short by a
     // later failure cannot pass for a complete one.
     Response::builder()

@@ -29,6 +29,7 @@ pub struct ChunkKey {
 }
 
 type Load = Shared<BoxFuture<'static, Result<Bytes, TierError>>>;
+type Promotion = Shared<BoxFuture<'static, Option<Bytes>>>;
 
 #[derive(Clone)]
 pub struct ChunkCache {
@@ -58,6 +59,9 @@ struct State {
     /// Bytes held by `entries`.
     used: u64,
     loading: HashMap<ChunkKey, Load>,
+    /// Disk entries being read into `hot` ahead of a reader: readers wait for these reads
+    /// rather than reading the file again (`None`: the file was unusable).
+    promoting: HashMap<ChunkKey, Promotion>,
     next_file: u64,
     hot: LruCache<ChunkKey, Bytes>,
     hot_used: u64,
@@ -72,6 +76,8 @@ enum Place {
 enum Found {
     Ready(Place),
     Loading(Load),
+    /// On disk, and being read into memory by a prefetch.
+    Promoting(Promotion),
     Absent,
 }
 
@@ -111,6 +117,7 @@ impl ChunkCache {
                     entries: LruCache::unbounded(),
                     used: 0,
                     loading: HashMap::new(),
+                    promoting: HashMap::new(),
                     next_file: 0,
                     hot: LruCache::unbounded(),
                     hot_used: 0,
@@ -154,6 +161,14 @@ impl ChunkCache {
                 stats::cache_hit();
                 return load.await;
             }
+            Found::Promoting(promotion) => {
+                if let Some(b) = promotion.await {
+                    stats::cache_hit();
+                    return Ok(b);
+                }
+                // The file was unusable: load the chunk as if it was not cached.
+                self.forget(key);
+            }
             Found::Absent => {}
         }
         stats::cache_miss();
@@ -161,15 +176,44 @@ impl ChunkCache {
     }
 
     /// Starts loading a chunk a sequential reader will soon want, unless it is cached or on its
-    /// way. Returns at once.
+    /// way; a chunk cached on disk only is read into memory ahead of the reader. Returns at once.
     pub fn prefetch<F>(&self, key: &ChunkKey, load: F)
     where
         F: FnOnce() -> BoxFuture<'static, Result<Bytes, TierError>>,
     {
-        if matches!(self.find(key), Found::Absent) {
-            stats::prefetch();
-            drop(self.start(key, load));
+        match self.find(key) {
+            Found::Absent => {
+                stats::prefetch();
+                drop(self.start(key, load));
+            }
+            Found::Ready(Place::File(path)) => self.promote(key, path),
+            _ => {}
         }
+    }
+
+    /// Reads a disk entry into the in-memory layer in the background, so that the reader does
+    /// not wait for the file read and its check (a few ms for a 4 MiB chunk). A reader that
+    /// comes first reads the file itself; a damaged file is left for that reader to notice.
+    fn promote(&self, key: &ChunkKey, path: PathBuf) {
+        let mut s = self.inner.lock();
+        if s.promoting.contains_key(key) {
+            return;
+        }
+        let cache = self.clone();
+        let k = key.clone();
+        let task = tokio::spawn(async move {
+            let read = read_verified(&path, &k).await.ok();
+            if let Some(bytes) = &read {
+                // Not if the entry went meanwhile (evicted, or its segment copied again).
+                if cache.inner.lock().entries.contains(&k) {
+                    cache.keep_hot(&k, bytes);
+                }
+            }
+            cache.inner.lock().promoting.remove(&k);
+            read
+        });
+        let promotion: Promotion = task.map(|joined| joined.ok().flatten()).boxed().shared();
+        s.promoting.insert(key.clone(), promotion);
     }
 
     fn find(&self, key: &ChunkKey) -> Found {
@@ -178,6 +222,9 @@ impl ChunkCache {
             let p = p.clone();
             if let Some(b) = s.hot.get(key) {
                 return Found::Ready(Place::Memory(b.clone()));
+            }
+            if let Some(promotion) = s.promoting.get(key) {
+                return Found::Promoting(promotion.clone());
             }
             return Found::Ready(p);
         }

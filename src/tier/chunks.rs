@@ -110,6 +110,16 @@ impl ReadPlan {
         self.len() == 0
     }
 
+    /// The first `max_bytes` bytes of this read (all of it when shorter): one window of a
+    /// sequential reader that asks again for the rest.
+    pub fn first_bytes(&self, max_bytes: u64) -> ReadPlan {
+        let Range { start, end } = self.range;
+        ReadPlan {
+            layout: self.layout,
+            range: start..end.min(start.saturating_add(max_bytes)),
+        }
+    }
+
     /// Last chunk the read touches (`None` for an empty read).
     pub fn last_chunk(&self) -> Option<u64> {
         (!self.is_empty()).then(|| (self.range.end - 1) / self.layout.chunk_size)
@@ -222,6 +232,24 @@ mod tests {
             })
         );
         assert_eq!(l.plan(0, Some(u64::MAX)).unwrap().len(), 250);
+    }
+
+    #[test]
+    fn first_bytes_cut_a_window_off_the_front() {
+        let l = ChunkLayout::new(100, 250).unwrap();
+        let plan = l.plan(50, None).unwrap();
+        let w = plan.first_bytes(60);
+        assert_eq!(w.range(), 50..110);
+        assert_eq!(
+            w.pieces().map(|p| (p.chunk, p.within)).collect::<Vec<_>>(),
+            vec![(0, 50..100), (1, 0..10)]
+        );
+        assert_eq!(w.last_chunk(), Some(1));
+        // Longer than the read, or at its end: the read itself.
+        assert_eq!(plan.first_bytes(10_000), plan);
+        assert_eq!(plan.first_bytes(200), plan);
+        assert_eq!(plan.first_bytes(u64::MAX), plan);
+        assert!(l.plan(250, None).unwrap().first_bytes(5).is_empty());
     }
 
     #[test]

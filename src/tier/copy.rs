@@ -160,6 +160,20 @@ impl Copier {
         let mut position = 0u64;
         let result = async {
             for (index, path) in files {
+                if index == IndexType::Offset {
+                    let data = offset_index(seg, path, &req.files.log).await?;
+                    entries.push(IndexEntry {
+                        index,
+                        position,
+                        size: data.len() as u64,
+                        crc32c: crc32c::crc32c(&data),
+                    });
+                    position += data.len() as u64;
+                    if !data.is_empty() {
+                        up.write(data).await?;
+                    }
+                    continue;
+                }
                 let mut rx = read_pieces(seg, path.clone(), self.chunk_size, false);
                 let (mut size, mut crc) = (0u64, 0u32);
                 while let Some(piece) = rx.recv().await {
@@ -199,6 +213,35 @@ impl Copier {
             entries,
         })
     }
+}
+
+/// The offset index to store: the broker's, keyed by batch start offsets (see
+/// [`super::offset_index`]), or as it is when it does not fit the `.log`. Read whole: Kafka caps
+/// an index at `segment.index.bytes` (10 MiB by default).
+async fn offset_index(seg: &SegmentMetadata, path: &Path, log: &Path) -> Result<Bytes, TierError> {
+    let segment = seg.describe();
+    let base_offset = seg.start_offset;
+    let (path, log) = (path.to_path_buf(), log.to_path_buf());
+    tokio::task::spawn_blocking(move || {
+        let fail = |path: &Path, e: std::io::Error| TierError::ReadFile {
+            segment: segment.clone(),
+            path: path.to_path_buf(),
+            source: TierError::io(e),
+        };
+        let index = std::fs::read(&path).map_err(|e| fail(&path, e))?;
+        let file = std::fs::File::open(&log).map_err(|e| fail(&log, e))?;
+        let size = file.metadata().map_err(|e| fail(&log, e))?.len();
+        let read_at = |at: u64, buf: &mut [u8]| std::os::unix::fs::FileExt::read_at(&file, buf, at);
+        match super::offset_index::key_by_batch_start(&index, size, base_offset, read_at) {
+            Ok(keyed) => Ok(Bytes::from(keyed)),
+            Err(why) => {
+                tracing::warn!(%segment, index = %path.display(), %why, "storing the offset index unchanged: remote reads of this segment will read one batch more per fetch");
+                Ok(Bytes::from(index))
+            }
+        }
+    })
+    .await
+    .map_err(|e| TierError::Internal(format!("offset index task: {e}")))?
 }
 
 /// Reads a file in `piece_size` pieces on a blocking thread, checksumming (and compressing)

@@ -207,12 +207,15 @@ impl Reader {
         });
     }
 
-    /// Bytes `start..=end` of the segment's `.log` (`end` clamped; `None` = to the end).
+    /// Bytes `start..=end` of the segment's `.log` (`end` clamped; `None` = to the end), at
+    /// most `max_bytes` of them. Prefetching and looking ahead follow the whole range, so a
+    /// reader that takes it in windows finds the next chunks (and segment) on their way.
     pub async fn read(
         self: &Arc<Self>,
         seg: &SegmentMetadata,
         start: u64,
         end: Option<u64>,
+        max_bytes: Option<u64>,
     ) -> Result<SegmentRead, TierError> {
         let (keys, m) = self.manifest(seg).await?;
         let plan = m.layout().plan(start, end).map_err(|e| {
@@ -225,7 +228,8 @@ impl Reader {
                 message: format!("{e} (segment {})", seg.describe()),
             })
         })?;
-        let len = plan.len();
+        let window = max_bytes.map_or_else(|| plan.clone(), |n| plan.first_bytes(n));
+        let len = window.len();
         let mut stream = SegmentStream {
             reader: self.clone(),
             sequential: end.is_none().then(|| seg.clone()),
@@ -233,7 +237,7 @@ impl Reader {
             location: self.chunks.store.location(&keys.log),
             object: Arc::from(keys.log.as_str()),
             manifest: m,
-            pieces: Box::new(plan.pieces()),
+            pieces: Box::new(window.pieces()),
             last_chunk: plan.last_chunk().unwrap_or(0),
             prefetched_to: None,
             failed: false,

@@ -12,6 +12,7 @@ mod error;
 mod fetch;
 mod keys;
 mod manifest;
+mod offset_index;
 mod protocol;
 mod stats;
 
@@ -23,6 +24,7 @@ pub use manifest::{
     ChunkEntry, Compression, IndexEntry, IndexesLayout, LogLayout, Manifest, ManifestError,
     FORMAT_VERSION,
 };
+pub use offset_index::key_by_batch_start;
 pub use protocol::{
     CopyRequest, CopyResponse, DeleteRequest, FetchIndexRequest, FetchRequest, FieldError,
     IndexType, SegmentFiles, SegmentId, SegmentMetadata, TopicId, TopicName,
@@ -31,6 +33,9 @@ pub use protocol::{
 use crate::config::Config;
 use crate::store::ObjectStore;
 use axum::serve::ListenerExt;
+use std::future::IntoFuture;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -111,7 +116,64 @@ fn return_big_buffers_to_the_system() {
     }
 }
 
-/// Serves the bridge API on `cfg.tier.listen` until `stop` is set.
+/// Where strata tier also serves the API: a Unix domain socket in the temporary directory named
+/// after the TCP address, so two services on one host never share one, and a restarted service
+/// finds its own again. The bridge learns the path from the [`api::SOCKET_HEADER`] of any
+/// answer over TCP and moves its next connections there (when the endpoint is on this host):
+/// bulk reads over a Unix socket cost a third of loopback TCP's (measured 5.4 GB/s against
+/// 1.8 GB/s on the 2-core dev host), and the broker reads every remote byte through it.
+pub fn unix_socket_path(addr: SocketAddr) -> PathBuf {
+    let ip = addr.ip().to_string().replace(':', "_");
+    std::env::temp_dir().join(format!("strata-tier-{ip}-{}.sock", addr.port()))
+}
+
+/// Bytes a Unix socket may queue towards the bridge: a whole 1 MiB fetch window and then some.
+/// A Unix stream socket holds only what its sender's buffer allows (208 KiB by default), and a
+/// window larger than that is handed over in turns, each waiting for the broker's reader thread
+/// to be scheduled (measured: 1 MiB windows read slower than over TCP, whose buffers grow by
+/// themselves). The kernel caps this at `net.core.wmem_max`.
+const UNIX_SEND_BUFFER: libc::c_int = 4 << 20;
+
+fn widen_send_buffer(s: &tokio::net::UnixStream) {
+    use std::os::fd::AsRawFd;
+    let size = UNIX_SEND_BUFFER;
+    // SAFETY: setsockopt on a socket this process owns, with a pointer to a live c_int and its
+    // size; it changes only that socket's buffer limit.
+    let rc = unsafe {
+        libc::setsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        tracing::debug!(error = %std::io::Error::last_os_error(), "cannot widen a Unix socket's send buffer");
+    }
+}
+
+/// Binds the Unix socket, replacing a socket file a previous process at this address left
+/// behind. `None` (with a warning) when it cannot: the API stays on TCP only.
+fn bind_unix(path: &Path) -> Option<tokio::net::UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            tracing::warn!(path = %path.display(), "not listening on a Unix socket: the path exists and is not a socket");
+            return None;
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    match tokio::net::UnixListener::bind(path) {
+        Ok(l) => Some(l),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "not listening on a Unix socket; the bridge keeps using TCP");
+            None
+        }
+    }
+}
+
+/// Serves the bridge API on `cfg.tier.listen` (and [`unix_socket_path`]) until `stop` is set.
 pub async fn serve(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), TierError> {
     stats::describe();
     return_big_buffers_to_the_system();
@@ -127,8 +189,12 @@ pub async fn serve(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), TierError>
             addr,
             source: TierError::io(e),
         })?;
+    let socket = unix_socket_path(addr);
+    let unix = bind_unix(&socket);
+    let advertised = unix.as_ref().map(|_| socket.as_path());
     tracing::info!(
         %addr,
+        socket = %advertised.map_or("none".to_string(), |p| p.display().to_string()),
         store = %store.location(cfg.tier.prefix.as_str()),
         chunk_size = %cfg.tier.chunk_size,
         compression = if cfg.tier.compress_chunks { "zstd" } else { "none" },
@@ -136,7 +202,7 @@ pub async fn serve(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), TierError>
         cache_size = %cfg.tier.cache_size,
         "strata tier serving the broker bridge"
     );
-    let stopped = {
+    let stopped = || {
         let stop = stop.clone();
         async move {
             while !stop.load(Ordering::Relaxed) {
@@ -151,17 +217,35 @@ pub async fn serve(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), TierError>
             tracing::debug!(error = %e, "cannot set TCP_NODELAY");
         }
     });
-    let server = axum::serve(listener, api::router(tier)).with_graceful_shutdown(stopped);
-    let drained = async {
-        while !stop.load(Ordering::Relaxed) {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+    let router = api::router(tier, advertised);
+    let tcp = axum::serve(listener, router.clone()).with_graceful_shutdown(stopped());
+    let unix = async {
+        match unix {
+            Some(l) => {
+                let l = l.tap_io(|s| widen_send_buffer(s));
+                axum::serve(l, router)
+                    .with_graceful_shutdown(stopped())
+                    .await
+            }
+            None => Ok(()),
         }
+    };
+    let servers = async { tokio::try_join!(tcp.into_future(), unix) };
+    let drained = async {
+        stopped().await;
         tokio::time::sleep(DRAIN).await;
     };
-    tokio::select! {
-        r = server => r.map_err(|e| TierError::Serve(TierError::io(e)))?,
-        _ = drained => tracing::warn!("requests still open {DRAIN:?} after the stop; quitting anyway"),
+    let result = tokio::select! {
+        r = servers => r.map(|_| ()).map_err(|e| TierError::Serve(TierError::io(e))),
+        _ = drained => {
+            tracing::warn!("requests still open {DRAIN:?} after the stop; quitting anyway");
+            Ok(())
+        }
+    };
+    if advertised.is_some() {
+        let _ = std::fs::remove_file(&socket);
     }
+    result?;
     tracing::info!("strata tier stopped");
     Ok(())
 }

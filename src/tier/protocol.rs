@@ -261,12 +261,25 @@ pub struct FetchRequest {
     pub start_position: i64,
     /// Inclusive; `None` means to the end of the segment.
     pub end_position: Option<i64>,
+    /// At most this many bytes of the range in this response (from `start_position`); the
+    /// bridge asks again from where it stopped when the broker reads on. The broker reads about
+    /// one consumer fetch (1 MiB) of a "to the end" stream and closes it: a window it reads to
+    /// the end keeps the connection reusable, where an abandoned body would cost the connection
+    /// and the megabytes pushed into its socket buffers. `None`: the whole range.
+    #[serde(default)]
+    pub max_bytes: Option<u64>,
 }
 
 impl FetchRequest {
-    /// The byte range as unsigned positions: `(start, inclusive end)`.
+    /// The byte range as unsigned positions: `(start, inclusive end)`; also checks `max_bytes`.
     pub fn check(&self) -> Result<(u64, Option<u64>), FieldError> {
         self.segment.check()?;
+        if self.max_bytes == Some(0) {
+            return Err(FieldError::new(
+                "max_bytes",
+                "is 0; it must be at least 1 (or absent for the whole range)".to_string(),
+            ));
+        }
         let start = u64::try_from(self.start_position).map_err(|_| {
             FieldError::new(
                 "start_position",
@@ -407,8 +420,24 @@ mod tests {
             segment: s.clone(),
             start_position: start,
             end_position: end,
+            max_bytes: None,
         };
         assert_eq!(req(0, None).check().unwrap(), (0, None));
+        let window = FetchRequest {
+            max_bytes: Some(1 << 20),
+            ..req(7, None)
+        };
+        assert_eq!(window.check().unwrap(), (7, None));
+        let zero = FetchRequest {
+            max_bytes: Some(0),
+            ..req(7, None)
+        };
+        assert_eq!(zero.check().unwrap_err().field, "max_bytes");
+        let parsed: FetchRequest = serde_json::from_str(&format!(
+            r#"{{"segment": {SEGMENT}, "start_position": 3, "end_position": null}}"#
+        ))
+        .unwrap();
+        assert_eq!(parsed.max_bytes, None, "max_bytes is optional");
         assert_eq!(req(5, Some(5)).check().unwrap(), (5, Some(5)));
         assert_eq!(req(-1, None).check().unwrap_err().field, "start_position");
         assert_eq!(req(5, Some(4)).check().unwrap_err().field, "end_position");

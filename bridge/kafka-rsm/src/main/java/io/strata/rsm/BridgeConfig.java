@@ -19,6 +19,7 @@ final class BridgeConfig {
     static final String CONNECT_TIMEOUT_MS = "strata.connect.timeout.ms";
     static final String COPY_TIMEOUT_MS = "strata.copy.timeout.ms";
     static final String FETCH_TIMEOUT_MS = "strata.fetch.timeout.ms";
+    static final String UNIX_SOCKET = "strata.unix.socket";
 
     static final String DEFAULT_ENDPOINT = "http://127.0.0.1:9190";
     static final long DEFAULT_CONNECT_TIMEOUT_MS = 2_000L;
@@ -30,12 +31,19 @@ final class BridgeConfig {
     final Duration connectTimeout;
     final Duration copyTimeout;
     final Duration fetchTimeout;
+    /**
+     * {@code auto}: move to the Unix domain socket strata tier names in its answers when the
+     * endpoint is on this host; {@code off}: TCP only.
+     */
+    final boolean unixSocket;
 
-    private BridgeConfig(String endpoint, Duration connectTimeout, Duration copyTimeout, Duration fetchTimeout) {
+    private BridgeConfig(String endpoint, Duration connectTimeout, Duration copyTimeout, Duration fetchTimeout,
+                         boolean unixSocket) {
         this.endpoint = endpoint;
         this.connectTimeout = connectTimeout;
         this.copyTimeout = copyTimeout;
         this.fetchTimeout = fetchTimeout;
+        this.unixSocket = unixSocket;
     }
 
     static BridgeConfig parse(Map<String, ?> configs) {
@@ -44,7 +52,23 @@ final class BridgeConfig {
             parseEndpoint(c.get(ENDPOINT)),
             Duration.ofMillis(parsePositiveMillis(CONNECT_TIMEOUT_MS, c.get(CONNECT_TIMEOUT_MS), DEFAULT_CONNECT_TIMEOUT_MS)),
             Duration.ofMillis(parsePositiveMillis(COPY_TIMEOUT_MS, c.get(COPY_TIMEOUT_MS), DEFAULT_COPY_TIMEOUT_MS)),
-            Duration.ofMillis(parsePositiveMillis(FETCH_TIMEOUT_MS, c.get(FETCH_TIMEOUT_MS), DEFAULT_FETCH_TIMEOUT_MS)));
+            Duration.ofMillis(parsePositiveMillis(FETCH_TIMEOUT_MS, c.get(FETCH_TIMEOUT_MS), DEFAULT_FETCH_TIMEOUT_MS)),
+            parseAutoOrOff(UNIX_SOCKET, c.get(UNIX_SOCKET)));
+    }
+
+    /** {@code auto} (true) or {@code off} (false); unset = auto. */
+    private static boolean parseAutoOrOff(String key, Object raw) {
+        if (raw == null) {
+            return true;
+        }
+        String v = raw instanceof String ? ((String) raw).trim().toLowerCase(Locale.ROOT) : "";
+        if (v.equals("auto")) {
+            return true;
+        }
+        if (v.equals("off")) {
+            return false;
+        }
+        throw new ConfigException(key, raw, "must be auto or off");
     }
 
     /** The full URI of an API path such as {@code /v1/copy}. */
@@ -113,6 +137,7 @@ final class BridgeConfig {
         return ENDPOINT + "=" + endpoint
             + ", " + CONNECT_TIMEOUT_MS + "=" + connectTimeout.toMillis()
             + ", " + COPY_TIMEOUT_MS + "=" + copyTimeout.toMillis()
-            + ", " + FETCH_TIMEOUT_MS + "=" + fetchTimeout.toMillis();
+            + ", " + FETCH_TIMEOUT_MS + "=" + fetchTimeout.toMillis()
+            + ", " + UNIX_SOCKET + "=" + (unixSocket ? "auto" : "off");
     }
 }

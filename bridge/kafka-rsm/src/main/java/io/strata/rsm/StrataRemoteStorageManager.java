@@ -11,25 +11,22 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageManager;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
+import javax.net.ssl.SSLSocketFactory;
+
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.net.ConnectException;
-import java.net.http.HttpClient;
 import java.net.http.HttpConnectTimeoutException;
-import java.net.http.HttpRequest;
-import java.net.http.HttpResponse;
 import java.net.http.HttpTimeoutException;
 import java.nio.ByteBuffer;
+import java.nio.channels.ClosedByInterruptException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.Base64;
 import java.util.Map;
 import java.util.Optional;
-import java.util.concurrent.ExecutorService;
-import java.util.concurrent.Executors;
-import java.util.concurrent.atomic.AtomicInteger;
 
 /**
  * Kafka tiered storage (KIP-405) {@link RemoteStorageManager} that forwards every call to the
@@ -54,43 +51,30 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
 
     static final String HINT = "is `strata tier` running on this host?";
 
-    private static final String JSON = "application/json";
-    private static final AtomicInteger CLIENT_SEQ = new AtomicInteger();
-
     private volatile BridgeConfig config;
-    private volatile HttpClient client;
-    private volatile ExecutorService executor;
+    private volatile TierHttp http;
 
     public StrataRemoteStorageManager() {
     }
 
     /**
-     * Reads the settings and builds the HTTP client. Does not contact the service: the broker may
+     * Reads the settings and sets up the HTTP client. Does not contact the service: the broker may
      * start before {@code strata tier} does.
      */
     @Override
     public void configure(Map<String, ?> configs) {
+        configure(configs, null);
+    }
+
+    /** {@link #configure(Map)} with the TLS socket factory for {@code https} endpoints (tests). */
+    void configure(Map<String, ?> configs, SSLSocketFactory tls) {
         BridgeConfig cfg = BridgeConfig.parse(configs);
-        int seq = CLIENT_SEQ.incrementAndGet();
-        AtomicInteger threadSeq = new AtomicInteger();
-        ExecutorService exec = Executors.newCachedThreadPool(r -> {
-            Thread t = new Thread(r, "strata-rsm-http-" + seq + "-" + threadSeq.incrementAndGet());
-            t.setDaemon(true);
-            return t;
-        });
-        HttpClient newClient = HttpClient.newBuilder()
-            .version(HttpClient.Version.HTTP_1_1)
-            .connectTimeout(cfg.connectTimeout)
-            .followRedirects(HttpClient.Redirect.NEVER)
-            .proxy(HttpClient.Builder.NO_PROXY)
-            .executor(exec)
-            .build();
-        ExecutorService old = this.executor;
+        TierHttp newHttp = new TierHttp(cfg.endpoint, cfg.connectTimeout, cfg.unixSocket, tls);
+        TierHttp old = this.http;
         this.config = cfg;
-        this.client = newClient;
-        this.executor = exec;
+        this.http = newHttp;
         if (old != null) {
-            old.shutdown();
+            old.close();
         }
         LOG.info("Strata remote storage manager configured, forwarding to strata tier: {}", cfg);
     }
@@ -100,9 +84,9 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
             throws RemoteStorageException {
         BridgeConfig cfg = config();
         String body = copyRequestJson(metadata, data);
-        HttpResponse<InputStream> resp = send("copy", "/v1/copy", body, cfg.copyTimeout, true);
+        TierHttp.Response resp = send("copy", "/v1/copy", body, cfg.copyTimeout, true);
         byte[] raw;
-        try (InputStream in = resp.body()) {
+        try (InputStream in = resp.body) {
             raw = readCapped(in, COPY_RESPONSE_CAP + 1);
         } catch (IOException e) {
             throw transportFailure("copy", e, cfg.copyTimeout);
@@ -119,7 +103,7 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
         if (startPosition < 0) {
             throw new IllegalArgumentException("startPosition must be >= 0, got " + startPosition);
         }
-        return fetch(metadata, startPosition, null);
+        return fetch(metadata, startPosition, -1);
     }
 
     @Override
@@ -140,7 +124,7 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
             throws RemoteStorageException {
         BridgeConfig cfg = config();
         String body = fetchIndexRequestJson(metadata, indexType);
-        return send("fetch-index", "/v1/fetch-index", body, cfg.fetchTimeout, true).body();
+        return send("fetch-index", "/v1/fetch-index", body, cfg.fetchTimeout, true).body;
     }
 
     /**
@@ -154,8 +138,8 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
     public void deleteLogSegmentData(RemoteLogSegmentMetadata metadata) throws RemoteStorageException {
         BridgeConfig cfg = config();
         String body = deleteRequestJson(metadata);
-        HttpResponse<InputStream> resp = send("delete", "/v1/delete", body, cfg.fetchTimeout, false);
-        try (InputStream in = resp.body()) {
+        TierHttp.Response resp = send("delete", "/v1/delete", body, cfg.fetchTimeout, false);
+        try (InputStream in = resp.body) {
             readCapped(in, ERROR_BODY_CAP);
         } catch (IOException e) {
             // The status line said success; a broken body does not change that.
@@ -169,35 +153,39 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
      */
     boolean healthy() {
         BridgeConfig cfg = config;
-        HttpClient c = client;
-        if (cfg == null || c == null) {
+        TierHttp h = http;
+        if (cfg == null || h == null) {
             return false;
         }
-        HttpRequest req = HttpRequest.newBuilder(cfg.uri("/v1/health"))
-            .timeout(cfg.fetchTimeout)
-            .GET()
-            .build();
         try {
-            HttpResponse<InputStream> resp = c.send(req, HttpResponse.BodyHandlers.ofInputStream());
-            try (InputStream in = resp.body()) {
+            TierHttp.Response resp = h.send("/v1/health", null, cfg.fetchTimeout);
+            try (InputStream in = resp.body) {
                 readCapped(in, ERROR_BODY_CAP);
             }
-            return resp.statusCode() / 100 == 2;
+            return resp.status / 100 == 2;
         } catch (IOException e) {
-            return false;
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
             return false;
         }
     }
 
+    /** Idle connections the client keeps now (for tests). */
+    int idleConnections() {
+        TierHttp h = http;
+        return h == null ? 0 : h.idleCount();
+    }
+
+    /** The Unix socket new connections go to, or {@code null} for TCP (for tests). */
+    java.nio.file.Path unixSocket() {
+        TierHttp h = http;
+        return h == null ? null : h.socket();
+    }
+
     @Override
     public void close() {
-        ExecutorService exec = this.executor;
-        this.client = null;
-        this.executor = null;
-        if (exec != null) {
-            exec.shutdown();
+        TierHttp h = this.http;
+        this.http = null;
+        if (h != null) {
+            h.close();
         }
     }
 
@@ -222,18 +210,17 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
         return w.endObject().toString();
     }
 
-    static String fetchRequestJson(RemoteLogSegmentMetadata m, int startPosition, Integer endPosition) {
-        JsonWriter w = new JsonWriter().beginObject();
-        w.name("segment");
+    /** The segment object alone (rendered once per fetch, reused for every window). */
+    static String segmentJson(RemoteLogSegmentMetadata m) {
+        JsonWriter w = new JsonWriter();
         writeSegment(w, m);
-        w.name("start_position").value(startPosition);
-        w.name("end_position");
-        if (endPosition == null) {
-            w.nullValue();
-        } else {
-            w.value(endPosition.longValue());
-        }
-        return w.endObject().toString();
+        return w.toString();
+    }
+
+    static String fetchRequestJson(String segmentJson, long startPosition, long endPosition, long maxBytes) {
+        return "{\"segment\":" + segmentJson + ",\"start_position\":" + startPosition
+            + ",\"end_position\":" + (endPosition < 0 ? "null" : Long.toString(endPosition))
+            + ",\"max_bytes\":" + maxBytes + "}";
     }
 
     static String fetchIndexRequestJson(RemoteLogSegmentMetadata m, IndexType indexType) {
@@ -308,12 +295,22 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
     // ---------------------------------------------------------------------------------------
     // HTTP
 
-    private InputStream fetch(RemoteLogSegmentMetadata metadata, int startPosition, Integer endPosition)
+    /**
+     * The bytes as a live stream read from the socket (see {@link FetchStream} for the windows).
+     * {@code endPosition} -1 means to the end of the segment.
+     */
+    private InputStream fetch(RemoteLogSegmentMetadata metadata, int startPosition, long endPosition)
             throws RemoteStorageException {
         BridgeConfig cfg = config();
-        String body = fetchRequestJson(metadata, startPosition, endPosition);
-        // The body is handed to the broker as a live stream: no buffering here.
-        return send("fetch", "/v1/fetch", body, cfg.fetchTimeout, true).body();
+        TierHttp h = http;
+        if (h == null) {
+            throw new IllegalStateException("StrataRemoteStorageManager is closed");
+        }
+        String segment = segmentJson(metadata);
+        FetchStream.Opener opener = (position, maxBytes) -> send("fetch", "/v1/fetch",
+            fetchRequestJson(segment, position, endPosition, maxBytes), cfg.fetchTimeout, true).body;
+        return new FetchStream(opener, metadata.remoteLogSegmentId().id().toString(), startPosition, endPosition)
+            .open();
     }
 
     /**
@@ -322,34 +319,32 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
      * bytes of the body and throws: {@link RemoteResourceNotFoundException} for HTTP 404 when
      * {@code notFoundIsMissing}, {@link RemoteStorageException} for any other status.
      */
-    private HttpResponse<InputStream> send(String op, String path, String json, Duration timeout,
-                                           boolean notFoundIsMissing) throws RemoteStorageException {
+    private TierHttp.Response send(String op, String path, String json, Duration timeout,
+                                   boolean notFoundIsMissing) throws RemoteStorageException {
         BridgeConfig cfg = config();
-        HttpClient c = client;
-        if (c == null) {
+        TierHttp h = http;
+        if (h == null) {
             throw new IllegalStateException("StrataRemoteStorageManager is closed");
         }
-        HttpRequest req = HttpRequest.newBuilder(cfg.uri(path))
-            .timeout(timeout)
-            .header("Content-Type", JSON)
-            .POST(HttpRequest.BodyPublishers.ofString(json, StandardCharsets.UTF_8))
-            .build();
-        HttpResponse<InputStream> resp;
+        TierHttp.Response resp;
         try {
-            resp = c.send(req, HttpResponse.BodyHandlers.ofInputStream());
+            resp = h.send(path, json.getBytes(StandardCharsets.UTF_8), timeout);
         } catch (IOException e) {
+            if (e instanceof ClosedByInterruptException || Thread.currentThread().isInterrupted()) {
+                // The interrupt flag stays set for the caller.
+                InterruptedException cause = new InterruptedException("interrupted during an HTTP exchange");
+                cause.initCause(e);
+                throw new RemoteStorageException(
+                    "interrupted while waiting for strata tier " + op + " at " + cfg.endpoint, cause);
+            }
             throw transportFailure(op, e, timeout);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new RemoteStorageException(
-                "interrupted while waiting for strata tier " + op + " at " + cfg.endpoint, e);
         }
-        int status = resp.statusCode();
+        int status = resp.status;
         if (status / 100 == 2) {
             return resp;
         }
         String text;
-        try (InputStream in = resp.body()) {
+        try (InputStream in = resp.body) {
             text = errorText(in);
         } catch (IOException e) {
             text = "(error body unreadable: " + e + ")";

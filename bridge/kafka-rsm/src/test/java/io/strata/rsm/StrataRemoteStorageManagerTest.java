@@ -17,6 +17,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
 
+import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
@@ -31,6 +32,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -212,7 +214,47 @@ class StrataRemoteStorageManagerTest {
         assertArrayEquals(payload, got);
         FakeTier.Recorded r = tier.only();
         assertPost(r, "/v1/fetch");
-        assertEquals("{\"segment\":" + SEGMENT_JSON + ",\"start_position\":4242,\"end_position\":null}", r.bodyText());
+        assertEquals("{\"segment\":" + SEGMENT_JSON + ",\"start_position\":4242,\"end_position\":null,\"max_bytes\":1048576}",
+            r.bodyText());
+    }
+
+    @Test
+    void fetchToTheEndIsAskedInWindowsEachStartingWhereTheLastEnded() throws Exception {
+        // A fake that honours max_bytes, as strata tier does: each answer is one window.
+        byte[] segmentBytes = new byte[5 * 1024 * 1024 + 123];
+        new Random(11).nextBytes(segmentBytes);
+        java.util.regex.Pattern field = java.util.regex.Pattern.compile(
+            "\"start_position\":(\\d+),\"end_position\":null,\"max_bytes\":(\\d+)}$");
+        tier.respond((ex, req) -> {
+            java.util.regex.Matcher m = field.matcher(req.bodyText());
+            assertTrue(m.find(), req.bodyText());
+            int from = Integer.parseInt(m.group(1));
+            int max = Integer.parseInt(m.group(2));
+            int to = Math.min(segmentBytes.length, from + max);
+            FakeTier.send(ex, 200, Arrays.copyOfRange(segmentBytes, from, to));
+        });
+
+        int start = 1000;
+        ByteArrayOutputStream got = new ByteArrayOutputStream();
+        try (InputStream in = rsm.fetchLogSegment(segment(), start)) {
+            byte[] buf = new byte[700 * 1024];
+            int n;
+            while ((n = in.read(buf, 0, buf.length)) >= 0) {
+                got.write(buf, 0, n);
+            }
+        }
+
+        assertArrayEquals(Arrays.copyOfRange(segmentBytes, start, segmentBytes.length), got.toByteArray());
+        long expectedFrom = start;
+        for (FakeTier.Recorded r : tier.requests) {
+            java.util.regex.Matcher m = field.matcher(r.bodyText());
+            assertTrue(m.find(), r.bodyText());
+            assertEquals(expectedFrom, Long.parseLong(m.group(1)), "each window starts where the last ended");
+            expectedFrom = Math.min(segmentBytes.length, expectedFrom + Long.parseLong(m.group(2)));
+        }
+        assertTrue(tier.requests.size() > 1, "more than one window: " + tier.requests.size());
+        assertEquals("1048576", field.matcher(tier.requests.get(0).bodyText()).results().findFirst()
+            .map(x -> x.group(2)).orElse(""), "the first window is 1 MiB");
     }
 
     @Test
@@ -227,7 +269,8 @@ class StrataRemoteStorageManagerTest {
         assertArrayEquals(new byte[] {0, 1, 2, (byte) 0xff}, got);
         FakeTier.Recorded r = tier.only();
         assertPost(r, "/v1/fetch");
-        assertEquals("{\"segment\":" + SEGMENT_JSON + ",\"start_position\":10,\"end_position\":13}", r.bodyText());
+        assertEquals("{\"segment\":" + SEGMENT_JSON + ",\"start_position\":10,\"end_position\":13,\"max_bytes\":4}",
+            r.bodyText());
     }
 
     @Test
