@@ -111,6 +111,12 @@ async fn lossless_formats_and_time_directories_to_file() {
         assert_eq!(summary[0].records, 300, "{format}/{compression}");
         let store = FsStore::new(root.path().to_path_buf());
         let objects = read_archive(&store, "arch/", TextOptions::default()).await;
+        assert_eq!(summary[0].objects, objects.len() as u64, "summary objects");
+        assert_eq!(
+            summary[0].bytes,
+            objects.iter().map(|o| o.size).sum::<u64>(),
+            "summary bytes are the stored bytes ({format}/{compression})"
+        );
         // 300 records one second apart from 22:00 span two hours and two days
         let dirs: std::collections::BTreeSet<String> = objects
             .iter()

@@ -35,6 +35,8 @@ pub(super) enum Staging {
     File {
         out: BufWriter<File>,
         file: Arc<StagedFile>,
+        /// Bytes written so far: the object's exact size once finished.
+        written: u64,
     },
 }
 
@@ -54,18 +56,22 @@ impl Staging {
                 Ok(Staging::File {
                     out: BufWriter::with_capacity(FILE_BUFFER, f),
                     file: Arc::new(StagedFile(path)),
+                    written: 0,
                 })
             }
         }
     }
 
-    /// Completes writing; the result is what the store is given.
-    pub(super) fn into_payload(self) -> io::Result<Payload> {
+    /// Completes writing; the result is what the store is given, and its exact size.
+    pub(super) fn into_payload(self) -> io::Result<(Payload, u64)> {
         match self {
-            Staging::Memory(v) => Ok(Payload::Memory(Bytes::from(v))),
-            Staging::File { out, file } => {
+            Staging::Memory(v) => {
+                let len = v.len() as u64;
+                Ok((Payload::Memory(Bytes::from(v)), len))
+            }
+            Staging::File { out, file, written } => {
                 out.into_inner().map_err(io::IntoInnerError::into_error)?;
-                Ok(Payload::Staged(file))
+                Ok((Payload::Staged(file), written))
             }
         }
     }
@@ -79,7 +85,11 @@ impl Write for Staging {
                 v.extend_from_slice(buf);
                 Ok(buf.len())
             }
-            Staging::File { out, .. } => out.write(buf),
+            Staging::File { out, written, .. } => {
+                let n = out.write(buf)?;
+                *written += n as u64;
+                Ok(n)
+            }
         }
     }
 
@@ -90,7 +100,11 @@ impl Write for Staging {
                 v.extend_from_slice(buf);
                 Ok(())
             }
-            Staging::File { out, .. } => out.write_all(buf),
+            Staging::File { out, written, .. } => {
+                out.write_all(buf)?;
+                *written += buf.len() as u64;
+                Ok(())
+            }
         }
     }
 
@@ -133,5 +147,41 @@ impl Payload {
             Payload::Memory(b) => store.put(key, b.clone()).await,
             Payload::Staged(f) => store.put_staged(key, f.path()).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::FsStore;
+
+    fn fill(mut s: Staging) -> (Payload, u64) {
+        s.write_all(b"hello ").unwrap();
+        let n = s.write(b"world").unwrap();
+        assert_eq!(n, 5);
+        s.flush().unwrap();
+        s.into_payload().unwrap()
+    }
+
+    #[test]
+    fn file_staging_reports_the_exact_size_and_holds_the_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsStore::new(dir.path().to_path_buf());
+        let staging = Staging::for_key(&store, "a/b/c.txt").unwrap();
+        assert!(matches!(staging, Staging::File { .. }));
+        let (payload, size) = fill(staging);
+        assert_eq!(size, 11);
+        let Payload::Staged(file) = &payload else {
+            panic!("a local store stages in a file");
+        };
+        assert_eq!(std::fs::read(file.path()).unwrap(), b"hello world");
+        assert_eq!(payload.memory_bytes(), 0);
+    }
+
+    #[test]
+    fn memory_staging_reports_the_exact_size() {
+        let (payload, size) = fill(Staging::Memory(Vec::with_capacity(1024)));
+        assert_eq!(size, 11);
+        assert!(matches!(&payload, Payload::Memory(b) if &b[..] == b"hello world"));
     }
 }

@@ -559,7 +559,6 @@ impl State {
             task: self.task.name.to_string(),
             detail: format!("{}: {e}", file.key),
         };
-        let bytes = file.encoder.output_bytes();
         let done = file
             .encoder
             .finish()
@@ -567,7 +566,7 @@ impl State {
         if done.ambiguous > 0 {
             tracing::warn!(task = %self.task.name, topic = %tp.0, partition = tp.1, records = done.ambiguous, "records contain the record delimiter or key separator: restore cannot split them back exactly; use format = \"jsonl\" or \"parquet\" for such data");
         }
-        let payload = done
+        let (payload, bytes) = done
             .out
             .into_payload()
             .map_err(|e| encode_err(e.to_string()))?;

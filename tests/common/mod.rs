@@ -262,6 +262,8 @@ pub fn consume_all(topic: &str) -> Vec<Record> {
 pub struct ArchivedObject {
     pub key: String,
     pub name: strata::layout::ObjectName,
+    /// Size in the store.
+    pub size: u64,
     pub records: Vec<Record>,
 }
 
@@ -279,11 +281,13 @@ pub async fn read_archive(
         let spec = strata::format::FormatSpec::from_extension(&name.extension, text.clone())
             .expect("known extension");
         let data = store.get(&meta.key).await.expect("get object");
+        assert_eq!(data.len() as u64, meta.size, "listed size of {}", meta.key);
         let records = strata::format::decode(&spec, &name.topic, data)
             .unwrap_or_else(|e| panic!("decode {}: {e}", meta.key));
         out.push(ArchivedObject {
             key: meta.key,
             name,
+            size: meta.size,
             records,
         });
     }
