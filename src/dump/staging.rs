@@ -65,7 +65,10 @@ impl Staging {
     /// Completes writing; the result is what the store is given, and its exact size.
     pub(super) fn into_payload(self) -> io::Result<(Payload, u64)> {
         match self {
-            Staging::Memory(v) => {
+            Staging::Memory(mut v) => {
+                // The spare capacity (up to half of it, from doubling) would live as long as
+                // the payload while the budget counts only its length.
+                v.shrink_to_fit();
                 let len = v.len() as u64;
                 Ok((Payload::Memory(Bytes::from(v)), len))
             }
