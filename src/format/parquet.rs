@@ -26,8 +26,9 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 use std::sync::{Arc, OnceLock};
 
-/// Rows are handed to the writer once this many raw bytes are pending.
-const BATCH_BYTES: usize = 4 << 20;
+/// Rows are handed to the writer once this many raw bytes are pending. The builders keep this
+/// much capacity between batches, per open file: small, since a task may have hundreds open.
+const BATCH_BYTES: usize = 1 << 20;
 const BATCH_ROWS: usize = 16 * 1024;
 /// The writer closes a row group at this estimated size; keeps memory per file bounded.
 const ROW_GROUP_BYTES: usize = 32 << 20;
@@ -106,6 +107,8 @@ pub(super) struct ParquetEncoder<W: Output> {
     header_keys: StringBuilder,
     header_values: BinaryBuilder,
     pending_bytes: usize,
+    /// Bytes the binary builders hold capacity for (see [`renew`]); pending rows live in it.
+    reserved: usize,
     writer: ArrowWriter<Counting<W>>,
 }
 
@@ -123,6 +126,7 @@ impl<W: Output> ParquetEncoder<W> {
             header_keys: StringBuilder::new(),
             header_values: BinaryBuilder::new(),
             pending_bytes: 0,
+            reserved: 0,
             writer: ArrowWriter::try_new(Counting::new(out), schema(), Some(properties(c)?))?,
         })
     }
@@ -159,11 +163,12 @@ impl<W: Output> ParquetEncoder<W> {
             topics.append_value(&self.topic);
         }
         let header_offsets = std::mem::replace(&mut self.header_offsets, vec![0]);
+        self.reserved = 0;
         let headers_struct = StructArray::try_new(
             header_fields(),
             vec![
                 Arc::new(self.header_keys.finish()) as ArrayRef,
-                Arc::new(renew(&mut self.header_values)),
+                Arc::new(renew(&mut self.header_values, &mut self.reserved)),
             ],
             None,
         )?;
@@ -187,8 +192,8 @@ impl<W: Output> ParquetEncoder<W> {
                     .with_timezone("UTC"),
             ),
             Arc::new(ts_types),
-            Arc::new(renew(&mut self.keys)),
-            Arc::new(renew(&mut self.values)),
+            Arc::new(renew(&mut self.keys, &mut self.reserved)),
+            Arc::new(renew(&mut self.values, &mut self.reserved)),
             Arc::new(headers),
         ];
         let batch = RecordBatch::try_new(schema(), columns)?;
@@ -198,7 +203,7 @@ impl<W: Output> ParquetEncoder<W> {
     }
 
     pub(super) fn memory_bytes(&self) -> usize {
-        self.pending_bytes
+        self.pending_bytes.max(self.reserved)
             + self.writer.in_progress_size()
             + self.writer.inner().inner.memory_bytes()
     }
@@ -216,9 +221,11 @@ impl<W: Output> ParquetEncoder<W> {
 }
 
 /// Finishes a builder and replaces it with one sized like it, so the next batch does not grow
-/// its buffers from nothing (each doubling is a copy and fresh pages).
-fn renew(b: &mut BinaryBuilder) -> arrow_array::BinaryArray {
+/// its buffers from nothing (each doubling is a copy and fresh pages); adds the new builder's
+/// capacity to `reserved`.
+fn renew(b: &mut BinaryBuilder, reserved: &mut usize) -> arrow_array::BinaryArray {
     let (rows, bytes) = (b.len(), b.values_slice().len());
+    *reserved += bytes + rows * std::mem::size_of::<i32>();
     std::mem::replace(b, BinaryBuilder::with_capacity(rows, bytes)).finish()
 }
 

@@ -333,6 +333,35 @@ fn parquet_spans_several_batches_and_row_groups() {
     assert!(back == records);
 }
 
+#[test]
+fn parquet_memory_counts_builder_capacity_kept_between_batches() {
+    // Values that compress to nothing, so what the writer holds is small.
+    let s = spec(FormatKind::Parquet, Compression::Zstd);
+    let mut e = Encoder::in_memory(&s, "t").unwrap();
+    let value = vec![1u8; 100_000];
+    let mut low = usize::MAX;
+    // 30 records of 100 kB: the 11th crosses the 1 MiB batch size and hands rows to the writer.
+    for i in 0..30i64 {
+        let r = Record {
+            topic: "t".into(),
+            partition: Some(0),
+            offset: Some(i),
+            timestamp: Some(i),
+            timestamp_type: TimestampType::CreateTime,
+            key: None,
+            value: Some(value.clone()),
+            headers: vec![],
+        };
+        r.with_view(|v| e.append(v)).unwrap();
+        if i >= 10 {
+            low = low.min(e.memory_bytes());
+        }
+    }
+    // Right after a batch no row is pending, yet the builders keep a batch's capacity: the
+    // budget must see it (about 1.1 MB here), not only the rows still to write.
+    assert!(low >= 1_000_000, "lowest memory_bytes seen: {low}");
+}
+
 fn arb_bytes() -> impl Strategy<Value = Option<Vec<u8>>> {
     prop_oneof![
         Just(None),
