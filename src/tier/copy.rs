@@ -162,16 +162,7 @@ impl Copier {
             for (index, path) in files {
                 if index == IndexType::Offset {
                     let data = offset_index(seg, path, &req.files.log).await?;
-                    entries.push(IndexEntry {
-                        index,
-                        position,
-                        size: data.len() as u64,
-                        crc32c: crc32c::crc32c(&data),
-                    });
-                    position += data.len() as u64;
-                    if !data.is_empty() {
-                        up.write(data).await?;
-                    }
+                    put_whole(&mut up, &mut entries, &mut position, index, data).await?;
                     continue;
                 }
                 let mut rx = read_pieces(seg, path.clone(), self.chunk_size, false);
@@ -190,16 +181,14 @@ impl Copier {
                 });
                 position += size;
             }
-            entries.push(IndexEntry {
-                index: IndexType::LeaderEpoch,
-                position,
-                size: epochs.len() as u64,
-                crc32c: crc32c::crc32c(&epochs),
-            });
-            position += epochs.len() as u64;
-            if !epochs.is_empty() {
-                up.write(epochs).await?;
-            }
+            put_whole(
+                &mut up,
+                &mut entries,
+                &mut position,
+                IndexType::LeaderEpoch,
+                epochs,
+            )
+            .await?;
             Ok::<_, TierError>(())
         }
         .await;
@@ -213,6 +202,27 @@ impl Copier {
             entries,
         })
     }
+}
+
+/// Appends an index held whole in memory to the indexes object, with its entry.
+async fn put_whole(
+    up: &mut SpillUpload<'_>,
+    entries: &mut Vec<IndexEntry>,
+    position: &mut u64,
+    index: IndexType,
+    data: Bytes,
+) -> Result<(), TierError> {
+    entries.push(IndexEntry {
+        index,
+        position: *position,
+        size: data.len() as u64,
+        crc32c: crc32c::crc32c(&data),
+    });
+    *position += data.len() as u64;
+    if !data.is_empty() {
+        up.write(data).await?;
+    }
+    Ok(())
 }
 
 /// The offset index to store: the broker's, keyed by batch start offsets (see
