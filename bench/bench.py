@@ -487,6 +487,9 @@ def measure(ds, contenders, runs, peer_timeout, defaults=False):
     for r in range(1, runs + 1):
         for c in contenders:
             tag = f"bench-{c.key}-r{r}-{stamp}-{os.getpid()}"
+            # Write back what earlier runs left dirty in the page cache first: an fsync (strata
+            # syncs every object) can otherwise end up writing another contender's data.
+            os.sync()
             load = os.getloadavg()[0]
             side = SideCpu()
             log(f"round {r}/{runs}: {c.label} (load {load:.2f})")
