@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -152,26 +152,7 @@ fn consume_committed(topic: &str) -> Vec<Record> {
             Some(Err(e)) => panic!("consume {topic}: {e}"),
             Some(Ok(m)) => {
                 eof.remove(&m.partition());
-                out.push(Record {
-                    topic: topic.to_string(),
-                    partition: Some(m.partition()),
-                    offset: Some(m.offset()),
-                    timestamp: m.timestamp().to_millis(),
-                    timestamp_type: TimestampType::CreateTime,
-                    key: m.key().map(<[u8]>::to_vec),
-                    value: m.payload().map(<[u8]>::to_vec),
-                    headers: m
-                        .headers()
-                        .map(|hs| {
-                            hs.iter()
-                                .map(|h| Header {
-                                    key: h.key.to_string(),
-                                    value: h.value.map(<[u8]>::to_vec),
-                                })
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                });
+                out.push(record_of(&m));
             }
         }
     }

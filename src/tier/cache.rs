@@ -431,6 +431,16 @@ mod tests {
         panic!("cache did not settle at {entries} entries: {:?}", c.usage());
     }
 
+    /// The path of a chunk file in the cache directory `root`.
+    fn first_chunk_file(root: &Path) -> PathBuf {
+        std::fs::read_dir(root.join(CHUNK_DIR))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path()
+    }
+
     #[tokio::test]
     async fn concurrent_readers_share_one_load() {
         let c = ChunkCache::memory(1 << 20);
@@ -524,12 +534,7 @@ mod tests {
         c.get(&k1, loader(d1.clone(), calls.clone())).await.unwrap();
         settled(&c, 1).await;
         // Damage the file: the next read notices, drops it and loads again.
-        let path = std::fs::read_dir(dir.path().join(CHUNK_DIR))
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
+        let path = first_chunk_file(dir.path());
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[10] ^= 0xff;
         std::fs::write(&path, bytes).unwrap();
@@ -567,12 +572,7 @@ mod tests {
         c.get(&k1, loader(d1.clone(), calls.clone())).await.unwrap();
         settled(&c, 1).await;
         // Damage the file: a memory hit does not read it.
-        let path = std::fs::read_dir(dir.path().join(CHUNK_DIR))
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
+        let path = first_chunk_file(dir.path());
         std::fs::write(&path, vec![0u8; 1000]).unwrap();
         assert_eq!(
             c.get(&k1, loader(d1.clone(), calls.clone())).await.unwrap(),

@@ -225,31 +225,7 @@ pub fn consume_all(topic: &str) -> Vec<Record> {
             continue;
         };
         let m = m.expect("consume");
-        let headers = m
-            .headers()
-            .map(|hs| {
-                hs.iter()
-                    .map(|h| Header {
-                        key: h.key.to_string(),
-                        value: h.value.map(<[u8]>::to_vec),
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        out.push(Record {
-            topic: m.topic().to_string(),
-            partition: Some(m.partition()),
-            offset: Some(m.offset()),
-            timestamp: m.timestamp().to_millis(),
-            timestamp_type: match m.timestamp() {
-                rdkafka::Timestamp::CreateTime(_) => TimestampType::CreateTime,
-                rdkafka::Timestamp::LogAppendTime(_) => TimestampType::LogAppendTime,
-                rdkafka::Timestamp::NotAvailable => TimestampType::NotAvailable,
-            },
-            key: m.key().map(<[u8]>::to_vec),
-            value: m.payload().map(<[u8]>::to_vec),
-            headers,
-        });
+        out.push(record_of(&m));
         if m.offset() + 1 >= highs[m.partition() as usize] {
             done[m.partition() as usize] = true;
         }
@@ -265,6 +241,34 @@ pub struct ArchivedObject {
     /// Size in the store.
     pub size: u64,
     pub records: Vec<Record>,
+}
+
+/// A consumed message as a [`Record`], with everything the formats keep.
+pub fn record_of<M: Message>(m: &M) -> Record {
+    Record {
+        topic: m.topic().to_string(),
+        partition: Some(m.partition()),
+        offset: Some(m.offset()),
+        timestamp: m.timestamp().to_millis(),
+        timestamp_type: match m.timestamp() {
+            rdkafka::Timestamp::CreateTime(_) => TimestampType::CreateTime,
+            rdkafka::Timestamp::LogAppendTime(_) => TimestampType::LogAppendTime,
+            rdkafka::Timestamp::NotAvailable => TimestampType::NotAvailable,
+        },
+        key: m.key().map(<[u8]>::to_vec),
+        value: m.payload().map(<[u8]>::to_vec),
+        headers: m
+            .headers()
+            .map(|hs| {
+                hs.iter()
+                    .map(|h| Header {
+                        key: h.key.to_string(),
+                        value: h.value.map(<[u8]>::to_vec),
+                    })
+                    .collect()
+            })
+            .unwrap_or_default(),
+    }
 }
 
 /// Lists and decodes every archive object under `prefix` (keys relative to the store root).
