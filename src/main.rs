@@ -9,6 +9,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use strata::config::{Config, LogFormat};
 
+/// jemalloc for Rust and, through the overridden `malloc`, for librdkafka too: librdkafka
+/// allocates on its broker thread what the worker frees, once per message, and glibc's arenas
+/// make that cross-thread pattern the largest user-space cost of a text dump (bench/README.md).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's built-in options (`MALLOC_CONF` in the environment still overrides them): big
+/// buffers (librdkafka fetches, Parquet row groups) are reused instead of unmapped on every
+/// free, and freed pages go back to the system after a second.
+#[unsafe(export_name = "malloc_conf")]
+static MALLOC_CONF: &[u8; 41] = b"oversize_threshold:0,dirty_decay_ms:1000\0";
+
 #[derive(Parser)]
 #[command(
     name = "strata",

@@ -102,6 +102,10 @@ impl ConsumerContext for DumpContext {
 /// How much of the buffer budget librdkafka's prefetch queue may use.
 pub(super) const QUEUE_SHARE: usize = 8;
 
+/// Re-check of a full prefetch queue, in ms; a fraction of the time the worker takes to drain
+/// the queue at its slowest.
+const FETCH_QUEUE_BACKOFF_MS: &str = "20";
+
 /// Creates the task's consumer. `queue_bytes` bounds librdkafka's prefetch queue.
 pub(super) fn create(
     k: &KafkaConfig,
@@ -126,6 +130,9 @@ pub(super) fn create(
         .set("isolation.level", "read_committed")
         .set("queued.max.messages.kbytes", queue_kib.to_string())
         .set("fetch.max.bytes", fetch_max.to_string())
+        // When the queue is full librdkafka waits this long before fetching again (default 1 s):
+        // a slow format (Parquet) drains the queue well before that and then sits idle.
+        .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS)
         // Uploads happen between polls; leave room for a slow store before the group
         // decides this member is dead.
         .set("max.poll.interval.ms", "600000")

@@ -30,6 +30,11 @@ use std::sync::{Arc, OnceLock};
 /// much capacity between batches, per open file: small, since a task may have hundreds open.
 const BATCH_BYTES: usize = 1 << 20;
 const BATCH_ROWS: usize = 16 * 1024;
+/// Data pages close at about this size (the writer checks every [`WRITE_BATCH_ROWS`] rows): a
+/// page, its compressed copy and the compressor's table then stay in the CPU cache, which
+/// measured faster than the 1 MiB default (bench/README.md).
+const PAGE_BYTES: usize = 256 << 10;
+const WRITE_BATCH_ROWS: usize = 256;
 /// The writer closes a row group at this estimated size; keeps memory per file bounded.
 const ROW_GROUP_BYTES: usize = 32 << 20;
 
@@ -85,7 +90,9 @@ fn properties(c: Compression) -> Result<WriterProperties, EncodeError> {
         .set_dictionary_enabled(false)
         .set_statistics_enabled(EnabledStatistics::None)
         .set_max_row_group_row_count(Some(1 << 20))
-        .set_max_row_group_bytes(Some(ROW_GROUP_BYTES));
+        .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
+        .set_data_page_size_limit(PAGE_BYTES)
+        .set_write_batch_size(WRITE_BATCH_ROWS);
     for col in ["topic", "timestamp_type", "headers.list.element.key"] {
         b = b.set_column_dictionary_enabled(ColumnPath::from(col), true);
     }
