@@ -15,11 +15,12 @@ use strata::config::{Config, LogFormat};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// jemalloc's built-in options (`MALLOC_CONF` in the environment still overrides them): big
-/// buffers (librdkafka fetches, Parquet row groups) are reused instead of unmapped on every
-/// free, and freed pages go back to the system after a second.
+/// jemalloc's built-in option (`MALLOC_CONF` in the environment still overrides it): big
+/// buffers (librdkafka fetches, Parquet row groups) stay in the normal arenas, reused after a
+/// free, instead of going to the oversize arena that unmaps them at once and faults them in
+/// again for the next fetch.
 #[unsafe(export_name = "malloc_conf")]
-static MALLOC_CONF: &[u8; 41] = b"oversize_threshold:0,dirty_decay_ms:1000\0";
+static MALLOC_CONF: &[u8; 21] = b"oversize_threshold:0\0";
 
 #[derive(Parser)]
 #[command(

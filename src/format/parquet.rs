@@ -114,6 +114,9 @@ pub(super) struct ParquetEncoder<W: Output> {
     header_keys: StringBuilder,
     header_values: BinaryBuilder,
     pending_bytes: usize,
+    /// The writer's estimate of its open row group, taken after every batch: asking the writer
+    /// walks every column, and the size check runs once per record.
+    in_progress: usize,
     /// Bytes the binary builders hold capacity for (see [`renew`]); pending rows live in it.
     reserved: usize,
     writer: ArrowWriter<Counting<W>>,
@@ -133,6 +136,7 @@ impl<W: Output> ParquetEncoder<W> {
             header_keys: StringBuilder::new(),
             header_values: BinaryBuilder::new(),
             pending_bytes: 0,
+            in_progress: 0,
             reserved: 0,
             writer: ArrowWriter::try_new(Counting::new(out), schema(), Some(properties(c)?))?,
         })
@@ -205,18 +209,19 @@ impl<W: Output> ParquetEncoder<W> {
         ];
         let batch = RecordBatch::try_new(schema(), columns)?;
         self.writer.write(&batch)?;
+        self.in_progress = self.writer.in_progress_size();
         self.pending_bytes = 0;
         Ok(())
     }
 
     pub(super) fn memory_bytes(&self) -> usize {
         self.pending_bytes.max(self.reserved)
-            + self.writer.in_progress_size()
+            + self.in_progress
             + self.writer.inner().inner.memory_bytes()
     }
 
     pub(super) fn output_bytes(&self) -> u64 {
-        self.writer.inner().written + self.writer.in_progress_size() as u64
+        self.writer.inner().written + self.in_progress as u64
     }
 
     pub(super) fn finish(mut self) -> Result<W, EncodeError> {
