@@ -15,12 +15,13 @@ use strata::config::{Config, LogFormat};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-/// jemalloc's built-in option (`MALLOC_CONF` in the environment still overrides it): big
+/// jemalloc's built-in options (`MALLOC_CONF` in the environment still overrides them): big
 /// buffers (librdkafka fetches, Parquet row groups) stay in the normal arenas, reused after a
 /// free, instead of going to the oversize arena that unmaps them at once and faults them in
-/// again for the next fetch.
+/// again for the next fetch; freed pages go back to the system after about 3 s (jemalloc's 10 s
+/// kept a restore's decoded objects around: 0.9-1.0 GB of RSS instead of 0.7).
 #[unsafe(export_name = "malloc_conf")]
-static MALLOC_CONF: &[u8; 21] = b"oversize_threshold:0\0";
+static MALLOC_CONF: &[u8; 41] = b"oversize_threshold:0,dirty_decay_ms:3000\0";
 
 #[derive(Parser)]
 #[command(

@@ -109,6 +109,24 @@ const FETCH_QUEUE_BACKOFF_MS: &str = "20";
 /// Upper bound of one partition's share of a fetch response.
 const PARTITION_FETCH_MAX: usize = 4 << 20;
 
+/// librdkafka's fetch and queue sizes for a prefetch queue of `queue_bytes`. Measured choices
+/// (bench/README.md, "What moved the dump figures"):
+/// - partitions fetch up to 4 MiB at a time instead of 1 MiB: fewer requests and socket reads
+///   per byte, never more than one fetch response may hold;
+/// - a full queue is re-checked after 20 ms instead of 1 s, so a worker slower than the
+///   network (Parquet, jsonl) does not drain the queue and then sit idle.
+fn fetch_settings(queue_bytes: usize) -> [(&'static str, String); 4] {
+    let queue_kib = (queue_bytes / 1024).max(1024);
+    let fetch_max = (queue_bytes / 2).clamp(1 << 20, 50 << 20);
+    let partition_fetch_max = fetch_max.min(PARTITION_FETCH_MAX);
+    [
+        ("queued.max.messages.kbytes", queue_kib.to_string()),
+        ("fetch.max.bytes", fetch_max.to_string()),
+        ("max.partition.fetch.bytes", partition_fetch_max.to_string()),
+        ("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS.to_string()),
+    ]
+}
+
 /// Creates the task's consumer. `queue_bytes` bounds librdkafka's prefetch queue.
 pub(super) fn create(
     k: &KafkaConfig,
@@ -117,11 +135,6 @@ pub(super) fn create(
     once: bool,
 ) -> Result<BaseConsumer<DumpContext>, KafkaError> {
     let mut c = client_config(k);
-    let queue_kib = (queue_bytes / 1024).max(1024);
-    let fetch_max = (queue_bytes / 2).clamp(1 << 20, 50 << 20);
-    // Bigger per-partition fetches than the 1 MiB default: fewer requests and socket reads per
-    // byte (about a tenth less CPU for a text dump, bench/README.md), still within the queue.
-    let partition_fetch_max = fetch_max.min(PARTITION_FETCH_MAX);
     c.set("group.id", task.name.as_str())
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
@@ -134,17 +147,14 @@ pub(super) fn create(
         )
         .set("partition.assignment.strategy", "cooperative-sticky")
         .set("isolation.level", "read_committed")
-        .set("queued.max.messages.kbytes", queue_kib.to_string())
-        .set("fetch.max.bytes", fetch_max.to_string())
-        .set("max.partition.fetch.bytes", partition_fetch_max.to_string())
-        // When the queue is full librdkafka waits this long before fetching again (default 1 s):
-        // a slow format (Parquet) drains the queue well before that and then sits idle.
-        .set("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS)
         // Uploads happen between polls; leave room for a slow store before the group
         // decides this member is dead.
         .set("max.poll.interval.ms", "600000")
         .set("statistics.interval.ms", "10000")
         .set("enable.partition.eof", if once { "true" } else { "false" });
+    for (key, value) in fetch_settings(queue_bytes) {
+        c.set(key, value);
+    }
     for (key, value) in &k.properties {
         c.set(key, value);
     }
@@ -157,4 +167,43 @@ pub(super) fn create(
         servers: servers(k),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn setting(queue_bytes: usize, key: &str) -> usize {
+        let all = fetch_settings(queue_bytes);
+        let found = all.iter().find(|(k, _)| *k == key);
+        found
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or_else(|| panic!("{key} missing or not a number in {all:?}"))
+    }
+
+    #[test]
+    fn the_default_budget_fetches_4_mib_per_partition_and_rechecks_a_full_queue_quickly() {
+        // The default budget of 256 MiB gives the queue an eighth.
+        let queue = (256 << 20) / QUEUE_SHARE;
+        assert_eq!(setting(queue, "queued.max.messages.kbytes"), 32 * 1024);
+        assert_eq!(setting(queue, "fetch.max.bytes"), 16 << 20);
+        assert_eq!(setting(queue, "max.partition.fetch.bytes"), 4 << 20);
+        assert_eq!(setting(queue, "fetch.queue.backoff.ms"), 20);
+    }
+
+    #[test]
+    fn a_partition_never_fetches_more_than_a_whole_fetch_may_hold() {
+        for queue in [0, 1 << 10, 1 << 20, 3 << 20, 8 << 20, 64 << 20, 1 << 30] {
+            let fetch = setting(queue, "fetch.max.bytes");
+            let partition = setting(queue, "max.partition.fetch.bytes");
+            assert!(partition <= fetch, "queue {queue}: {partition} > {fetch}");
+            assert!(
+                (1 << 20..=50 << 20).contains(&fetch),
+                "queue {queue}: fetch {fetch}"
+            );
+            assert!(partition >= 1 << 20, "queue {queue}: partition {partition}");
+        }
+        // A small queue keeps librdkafka's 1 MiB floor instead of starving a partition.
+        assert_eq!(setting(2 << 20, "max.partition.fetch.bytes"), 1 << 20);
+    }
 }
