@@ -278,8 +278,23 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `strata tier` runs for months and serves chunks that come and go: it hands freed pages back
+/// at once, so its RSS stays near its cache and the chunks in flight (tests/tier.rs checks it).
+/// Called before any other thread exists, so every arena gets the setting.
+fn return_freed_pages_at_once() {
+    use tikv_jemalloc_ctl::{Access, AsName};
+    for key in [&b"arenas.dirty_decay_ms\0"[..], b"arena.0.dirty_decay_ms\0"] {
+        if let Err(e) = key.name().write(0isize) {
+            eprintln!("warning: cannot set jemalloc's {:?}: {e}", key.name());
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if matches!(cli.command, Command::Tier { .. }) {
+        return_freed_pages_at_once();
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
