@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Interleaved A/B runs of `strata dump --once` variants against the kcat floor.
+
+Each round runs kcat, then every variant once, in that order; the table reports medians of the
+rounds, so slow drift of a shared machine spreads over all variants instead of hitting one. The
+topic must exist (bench/run creates it; the default is the 1 GiB data set of `bench/run --only
+dump`) and the services must be up (`./dev up`).
+
+A variant is NAME=BINARY:FORMAT, optionally followed by settings, each after a colon:
+  env.KEY=VALUE        an environment variable of the strata process (e.g. MALLOC_CONF)
+  kafka.KEY=VALUE      a librdkafka property, written to [kafka.properties]
+
+  bench/ab.py --runs 5 \\
+      now=target/release/strata:text \\
+      backoff1s=target/release/strata:parquet:kafka.fetch.queue.backoff.ms=1000 \\
+      decay10s=target/release/strata:parquet:env.MALLOC_CONF=dirty_decay_ms:10000
+
+Comparing builds (an allocator, a page size) means building the other commit into its own
+directory first and naming that binary. Python standard library only.
+"""
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+BOOT = os.environ.get("STRATA_TEST_BOOTSTRAP", "127.0.0.1:9092")
+DEFAULT_TOPIC = "strata-bench-n1048576-s1024-p8-seed42"
+
+
+def parse_variant(spec):
+    """NAME=BINARY:FORMAT[:env.K=V][:kafka.K=V]... -> (name, binary, format, env, props)."""
+    name, sep, rest = spec.partition("=")
+    parts = rest.split(":")
+    if not sep or len(parts) < 2:
+        sys.exit(f"ab.py: variant {spec!r} is not NAME=BINARY:FORMAT[:env.K=V|kafka.K=V...]")
+    binary, fmt, env, props = parts[0], parts[1], {}, {}
+    # A value may itself hold colons (MALLOC_CONF=a:1,b:2): glue pieces without a known prefix
+    # back onto the setting before them.
+    settings = []
+    for p in parts[2:]:
+        if p.startswith(("env.", "kafka.")) or not settings:
+            settings.append(p)
+        else:
+            settings[-1] += ":" + p
+    for s in settings:
+        key, eq, value = s.partition("=")
+        if not eq or not key.startswith(("env.", "kafka.")):
+            sys.exit(f"ab.py: setting {s!r} of {name} is not env.KEY=VALUE or kafka.KEY=VALUE")
+        (env if key.startswith("env.") else props)[key.split(".", 1)[1]] = value
+    if not os.access(binary, os.X_OK):
+        sys.exit(f"ab.py: {binary} (variant {name}) is not an executable; build it first")
+    return name, binary, fmt, env, props
+
+
+def measure(cmd, env=None):
+    """Runs cmd to completion; returns (cpu s, user s, sys s, wall s, peak RSS MiB)."""
+    os.sync()  # nobody pays for another run's writeback
+    t0 = time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    _, status, ru = os.wait4(p.pid, 0)
+    wall = time.monotonic() - t0
+    err = p.stderr.read().decode(errors="replace")
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"ab.py: {' '.join(cmd)} failed:\n{err[-2000:]}")
+    return (ru.ru_utime + ru.ru_stime, ru.ru_utime, ru.ru_stime, wall, ru.ru_maxrss // 1024)
+
+
+def strata_config(out_dir, topic, fmt, props):
+    kafka_props = "".join(f'"{k}" = "{v}"\n' for k, v in props.items())
+    return (f'[kafka]\nbootstrap_servers = "{BOOT}"\n'
+            + (f"\n[kafka.properties]\n{kafka_props}" if props else "")
+            + f'\n[store]\nurl = "file://{out_dir}"\n\n'
+            f'[[tasks]]\nname = "ab-{uuid.uuid4().hex[:12]}"\ntopics = ["{topic}"]\n'
+            f'start_offset = "earliest"\nformat = "{fmt}"\ndirectory = "{fmt}"\n')
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=5, help="rounds (default 5)")
+    ap.add_argument("--topic", default=DEFAULT_TOPIC, help=f"topic to dump (default {DEFAULT_TOPIC})")
+    ap.add_argument("variants", nargs="+", help="NAME=BINARY:FORMAT[:env.K=V][:kafka.K=V]...")
+    a = ap.parse_args()
+    variants = [parse_variant(v) for v in a.variants]
+    results = {"kcat": []}
+    for v in variants:
+        results[v[0]] = []
+    work = Path(tempfile.mkdtemp(prefix="strata-ab-"))
+    try:
+        for r in range(1, a.runs + 1):
+            print(f"[ab] round {r}/{a.runs}", file=sys.stderr)
+            results["kcat"].append(measure(["kcat", "-C", "-b", BOOT, "-t", a.topic, "-o", "beginning", "-e", "-q"]))
+            for name, binary, fmt, env, props in variants:
+                out = work / "out"
+                shutil.rmtree(out, ignore_errors=True)
+                cfg = work / "dump.toml"
+                cfg.write_text(strata_config(out, a.topic, fmt, props))
+                results[name].append(measure([binary, "dump", "--once", "--config", str(cfg)],
+                                             {**os.environ, **env}))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    floor = statistics.median(m[0] for m in results["kcat"])
+    print(f"| variant | CPU s | vs kcat | user s | sys s | wall s | peak RSS MiB | CPU s per round |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for name, ms in results.items():
+        med = lambda i: statistics.median(m[i] for m in ms)
+        print(f"| {name} | {med(0):.2f} | {med(0) / floor:.2f}x | {med(1):.2f} | {med(2):.2f} | "
+              f"{med(3):.2f} | {max(m[4] for m in ms)} | {', '.join(f'{m[0]:.2f}' for m in ms)} |")
+
+
+if __name__ == "__main__":
+    main()
