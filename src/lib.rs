@@ -8,6 +8,7 @@ pub mod dump;
 pub mod format;
 pub mod kafka;
 pub mod layout;
+pub mod listen;
 pub mod restore;
 pub mod store;
 pub mod telemetry;

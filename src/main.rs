@@ -65,6 +65,12 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Write a new secret for the tier API to FILE (mode 0600; an existing file is kept):
+    /// name it in tier.secret_file and in the broker's rsm.config.strata.secret.file.
+    TierSecret {
+        /// Where to write the secret.
+        file: PathBuf,
+    },
 }
 
 /// `strata restore` flags; each overrides the `[restore]` (or `[store]`/`[kafka]`) setting named.
@@ -262,6 +268,25 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 eprintln!("error: the restore would stop at a corrupt object; fix it or pass --skip-corrupt");
                 return Ok(ExitCode::FAILURE);
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::TierSecret { file } => {
+            if let Err(e) = strata::tier::auth::write_new_secret(&file) {
+                eprintln!(
+                    "error: cannot write a new secret to {}: {e}{}",
+                    file.display(),
+                    if e.kind() == std::io::ErrorKind::AlreadyExists {
+                        " (an existing secret is never overwritten; remove it first to replace it)"
+                    } else {
+                        ""
+                    }
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+            println!(
+                "wrote a new secret to {} (mode 0600); for a broker running as another user, chgrp the file to its group and chmod 0640",
+                file.display()
+            );
             Ok(ExitCode::SUCCESS)
         }
         Command::Tier { config } => {

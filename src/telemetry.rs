@@ -77,6 +77,8 @@ pub async fn install_metrics(cfg: &TelemetryConfig) -> Result<Option<SocketAddr>
     Ok(Some(bound))
 }
 
+/// Read-only: `/metrics` and nothing else, with the bounds of [`crate::listen`]. Metric labels
+/// carry task, topic and operation names, never paths, keys or secrets.
 async fn serve(listener: tokio::net::TcpListener, handle: PrometheusHandle) {
     let app = axum::Router::new().route(
         "/metrics",
@@ -85,7 +87,17 @@ async fn serve(listener: tokio::net::TcpListener, handle: PrometheusHandle) {
             async move { h.render() }
         }),
     );
-    if let Err(e) = axum::serve(listener, app).await {
-        tracing::error!(error = %e, "metrics endpoint stopped");
-    }
+    let limits = crate::listen::Limits {
+        max_connections: 16,
+        ..crate::listen::Limits::default()
+    };
+    crate::listen::serve(
+        "metrics",
+        listener,
+        None,
+        limits,
+        move || app.clone(),
+        std::future::pending(),
+    )
+    .await;
 }

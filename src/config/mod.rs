@@ -45,6 +45,7 @@ pub mod defaults {
     pub const CACHE_SIZE: ByteSize = ByteSize::mib(512);
     pub const PREFETCH_CHUNKS: u32 = 2;
     pub const UPLOAD_CONCURRENCY: u32 = 4;
+    pub const MAX_REQUESTS: u32 = 64;
 }
 
 /// A whole validated configuration.
@@ -450,6 +451,24 @@ pub struct TierConfig {
     pub cache_size: ByteSize,
     pub prefetch_chunks: u32,
     pub upload_concurrency: u32,
+    /// The secret shared with the bridge; required to serve (checked when `strata tier` starts).
+    pub secret_file: Option<PathBuf>,
+    /// The broker's log dirs: copies by path read only inside them. Empty: copies by path are
+    /// refused (the bridge uploads the bytes instead).
+    pub log_dirs: Vec<PathBuf>,
+    /// Private directory of the Unix socket (`tier.sock`); `None`: TCP only.
+    pub socket_dir: Option<PathBuf>,
+    /// TLS on the TCP listener (required for a non-loopback `listen`).
+    pub tls: Option<TierTls>,
+    /// Fetch, fetch-index, delete and health requests served at once; more get 503.
+    pub max_requests: u32,
+}
+
+/// PEM files of the tier listener's certificate chain and private key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TierTls {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
 }
 
 #[cfg(test)]

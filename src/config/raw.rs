@@ -156,6 +156,12 @@ pub struct RawTier {
     pub cache_size: Option<RawSize>,
     pub prefetch_chunks: Option<u32>,
     pub upload_concurrency: Option<u32>,
+    pub secret_file: Option<String>,
+    pub log_dirs: Option<StringList>,
+    pub socket_dir: Option<String>,
+    pub tls_cert_file: Option<String>,
+    pub tls_key_file: Option<String>,
+    pub max_requests: Option<u32>,
     #[serde(flatten)]
     pub unknown: Unknown,
 }

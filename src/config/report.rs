@@ -149,5 +149,27 @@ pub fn render_report(origin: &str, c: &Config) -> String {
             .map_or("memory".to_string(), |d| d.display().to_string()),
         t.prefetch_chunks,
     );
+    let dirs: Vec<String> = t.log_dirs.iter().map(|d| d.display().to_string()).collect();
+    let _ = writeln!(
+        o,
+        "tier access: secret file {}, copies by path from {}, Unix socket {}, TLS {}",
+        t.secret_file
+            .as_ref()
+            .map_or("<not set: strata tier refuses to start>".to_string(), |p| p
+                .display()
+                .to_string()),
+        if dirs.is_empty() {
+            "<nowhere: uploads only>".to_string()
+        } else {
+            dirs.join(", ")
+        },
+        t.socket_dir.as_ref().map_or("off".to_string(), |d| d
+            .join("tier.sock")
+            .display()
+            .to_string()),
+        t.tls
+            .as_ref()
+            .map_or("off".to_string(), |c| c.cert_file.display().to_string()),
+    );
     o
 }

@@ -354,6 +354,49 @@ compression = "zstd"
 }
 
 #[test]
+fn tier_access_settings_validate() {
+    let c = load(
+        r#"
+[tier]
+listen = "0.0.0.0:9190"
+tls_cert_file = "/etc/strata/tier.pem"
+tls_key_file = "/etc/strata/tier.key"
+secret_file = "/etc/strata/tier.secret"
+log_dirs = ["/var/lib/kafka/data", "/data2/kafka"]
+socket_dir = "/run/strata-tier"
+max_requests = 8
+"#,
+    )
+    .unwrap();
+    let t = &c.tier;
+    assert_eq!(
+        t.tls.as_ref().unwrap().key_file,
+        PathBuf::from("/etc/strata/tier.key")
+    );
+    assert_eq!(
+        t.secret_file,
+        Some(PathBuf::from("/etc/strata/tier.secret"))
+    );
+    assert_eq!(t.log_dirs.len(), 2);
+    assert_eq!(t.socket_dir, Some(PathBuf::from("/run/strata-tier")));
+    assert_eq!(t.max_requests, 8);
+    let report = super::render_report("f.toml", &c);
+    assert!(report.contains("/run/strata-tier/tier.sock"), "{report}");
+
+    let found = issues(
+        "[tier]\ntls_cert_file = \"/c.pem\"\nlog_dirs = \"relative/dir\"\nsocket_dir = \"run\"\nmax_requests = 0\n",
+    );
+    for key in [
+        "tier.tls_key_file",
+        "tier.log_dirs",
+        "tier.socket_dir",
+        "tier.max_requests",
+    ] {
+        assert!(found.iter().any(|i| i.key == key), "{key}: {found:#?}");
+    }
+}
+
+#[test]
 fn known_key_lists_match_the_raw_structs() {
     use super::validate::*;
     let tables: &[(&str, &[&str])] = &[

@@ -157,7 +157,27 @@ impl ObjectStore for FsStore {
             tmp,
             dest,
             location: self.location(key),
+            ended: false,
         }))
+    }
+
+    async fn remove_incomplete(
+        &self,
+        prefix: &str,
+        older_than: std::time::Duration,
+    ) -> Result<u64, StoreError> {
+        let root = self.root.clone();
+        let p = prefix.to_string();
+        blocking(move || {
+            let cutoff = std::time::SystemTime::now()
+                .checked_sub(older_than)
+                .unwrap_or(std::time::UNIX_EPOCH);
+            let mut removed = 0;
+            remove_old_temps(&root, "", &p, cutoff, &mut removed)?;
+            Ok(removed)
+        })
+        .await
+        .map_err(|e| self.io_err(prefix, e))
     }
 
     async fn get(&self, key: &str) -> Result<Bytes, StoreError> {
@@ -295,6 +315,64 @@ struct FsUpload {
     tmp: PathBuf,
     dest: PathBuf,
     location: String,
+    /// Renamed into place or removed.
+    ended: bool,
+}
+
+impl Drop for FsUpload {
+    /// A cancelled writer leaves no temp file behind.
+    fn drop(&mut self) {
+        if !self.ended {
+            self.file.take();
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// Temp and staging files under `dir` (keys starting with `prefix`) last changed before
+/// `cutoff` are removed.
+fn remove_old_temps(
+    dir: &Path,
+    rel: &str,
+    prefix: &str,
+    cutoff: std::time::SystemTime,
+    removed: &mut u64,
+) -> io::Result<()> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let key = if rel.is_empty() {
+            name.to_string()
+        } else {
+            format!("{rel}/{name}")
+        };
+        let meta = entry.metadata()?;
+        if meta.is_dir() {
+            if key.starts_with(prefix) || prefix.starts_with(&format!("{key}/")) {
+                remove_old_temps(&entry.path(), &key, prefix, cutoff, removed)?;
+            }
+            continue;
+        }
+        let temp = name.starts_with(TMP_PREFIX) || name.starts_with(STAGING_PREFIX);
+        // Temp files sit beside their object: in scope when their directory is.
+        let dir_key = if rel.is_empty() {
+            String::new()
+        } else {
+            format!("{rel}/")
+        };
+        let in_scope = dir_key.starts_with(prefix);
+        if temp && in_scope && meta.modified().is_ok_and(|m| m < cutoff) {
+            std::fs::remove_file(entry.path())?;
+            *removed += 1;
+        }
+    }
+    Ok(())
 }
 
 impl FsUpload {
@@ -326,6 +404,7 @@ impl MultipartUpload for FsUpload {
             .take()
             .ok_or_else(|| self.err(io::Error::other("upload already closed")))?;
         let (tmp, dest) = (self.tmp.clone(), self.dest.clone());
+        self.ended = true;
         blocking(move || {
             let r = commit_temp(&tmp, f, &dest);
             if r.is_err() {
@@ -338,6 +417,7 @@ impl MultipartUpload for FsUpload {
     }
 
     async fn abort(mut self: Box<Self>) -> Result<(), StoreError> {
+        self.ended = true;
         self.file.take();
         match tokio::fs::remove_file(&self.tmp).await {
             Ok(()) => Ok(()),

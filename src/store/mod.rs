@@ -69,7 +69,8 @@ pub struct ObjectMeta {
 }
 
 /// An upload in parts, for objects too large to hold in memory at once. Nothing is visible
-/// under the key until `finish` returns.
+/// under the key until `finish` returns; an upload dropped without `finish` or `abort` (a
+/// cancelled task) aborts itself, so no incomplete upload or temp file outlives its writer.
 #[async_trait]
 pub trait MultipartUpload: Send {
     /// Appends bytes; the backend cuts them into parts of its own size.
@@ -95,6 +96,15 @@ pub trait ObjectStore: Send + Sync + fmt::Debug {
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
     /// Proves the store is reachable and writable (creates the bucket when configured to).
     async fn check(&self) -> Result<(), StoreError>;
+    /// Removes what interrupted writes under `prefix` left behind (incomplete multipart
+    /// uploads, `file://` temp files) that started more than `older_than` ago, so that a crash
+    /// leaves nothing behind for good; returns how many. Writes younger than that may belong to
+    /// a live writer (another process sharing the store) and are left alone.
+    async fn remove_incomplete(
+        &self,
+        prefix: &str,
+        older_than: std::time::Duration,
+    ) -> Result<u64, StoreError>;
     /// A local path where the object under `key` may be written in place before
     /// [`ObjectStore::put_staged`], so it never has to be held in memory; `None` when the store
     /// is not a local directory (build the object in memory and `put` it). The path is hidden

@@ -233,6 +233,7 @@ impl S3Store {
             upload_id,
             buffer: BytesMut::new(),
             parts: Vec::new(),
+            ended: false,
         })
     }
 }
@@ -247,8 +248,9 @@ impl ObjectStore for S3Store {
                 up.complete().await
             }
             .await;
-            if r.is_err() {
-                up.abort_quietly().await;
+            match r {
+                Ok(()) => up.ended = true,
+                Err(_) => up.abort_quietly().await,
             }
             return r;
         }
@@ -266,6 +268,60 @@ impl ObjectStore for S3Store {
 
     async fn put_multipart(&self, key: &str) -> Result<Box<dyn MultipartUpload>, StoreError> {
         Ok(Box::new(self.start_multipart(key).await?))
+    }
+
+    async fn remove_incomplete(
+        &self,
+        prefix: &str,
+        older_than: Duration,
+    ) -> Result<u64, StoreError> {
+        let full_prefix = format!("{}{prefix}", self.prefix);
+        let cutoff = std::time::SystemTime::now()
+            .checked_sub(older_than)
+            .unwrap_or(std::time::UNIX_EPOCH);
+        let cutoff_secs = cutoff
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let mut removed = 0;
+        let (mut key_marker, mut id_marker) = (None::<String>, None::<String>);
+        loop {
+            let page = self
+                .client
+                .list_multipart_uploads()
+                .bucket(&self.bucket)
+                .prefix(&full_prefix)
+                .set_key_marker(key_marker.clone())
+                .set_upload_id_marker(id_marker.clone())
+                .send()
+                .await
+                .map_err(|e| self.err(prefix, "list multipart uploads", e))?;
+            for u in page.uploads.unwrap_or_default() {
+                let (Some(key), Some(id)) = (u.key, u.upload_id) else {
+                    continue;
+                };
+                let old = u.initiated.is_some_and(|t| t.secs() < cutoff_secs);
+                if !old {
+                    continue;
+                }
+                self.client
+                    .abort_multipart_upload()
+                    .bucket(&self.bucket)
+                    .key(&key)
+                    .upload_id(&id)
+                    .send()
+                    .await
+                    .map_err(|e| self.err(prefix, "abort multipart upload", e))?;
+                removed += 1;
+            }
+            if page.is_truncated != Some(true) {
+                return Ok(removed);
+            }
+            key_marker = page.next_key_marker;
+            id_marker = page.next_upload_id_marker;
+            if key_marker.is_none() && id_marker.is_none() {
+                return Ok(removed);
+            }
+        }
     }
 
     async fn get(&self, key: &str) -> Result<Bytes, StoreError> {
@@ -440,6 +496,42 @@ struct S3Upload {
     upload_id: String,
     buffer: BytesMut,
     parts: Vec<CompletedPart>,
+    /// Completed or aborted: nothing is left to clean up.
+    ended: bool,
+}
+
+impl Drop for S3Upload {
+    /// A cancelled writer (its task dropped mid-upload) must not leave parts that S3 keeps
+    /// billing: the abort goes on in the background.
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, full, key, id) = (
+            self.store.clone(),
+            std::mem::take(&mut self.full),
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.upload_id),
+        );
+        rt.spawn(async move { abort_upload(&store, &key, &full, &id).await });
+    }
+}
+
+async fn abort_upload(store: &S3Store, key: &str, full: &str, upload_id: &str) {
+    let r = store
+        .client
+        .abort_multipart_upload()
+        .bucket(&store.bucket)
+        .key(full)
+        .upload_id(upload_id)
+        .send()
+        .await;
+    if let Err(e) = r {
+        tracing::warn!(object = %store.location(key), error = %store.scrub(DisplayErrorContext(&e).to_string()), "abort of a multipart upload failed; it is removed at the next start, or by a lifecycle rule for incomplete uploads");
+    }
 }
 
 impl S3Upload {
@@ -502,18 +594,10 @@ impl S3Upload {
             .map_err(|e| self.store.err(&self.key, "complete multipart upload", e))
     }
 
-    async fn abort_quietly(&self) {
-        let r = self
-            .store
-            .client
-            .abort_multipart_upload()
-            .bucket(&self.store.bucket)
-            .key(&self.full)
-            .upload_id(&self.upload_id)
-            .send()
-            .await;
-        if let Err(e) = r {
-            tracing::warn!(object = %self.store.location(&self.key), error = %self.store.scrub(DisplayErrorContext(&e).to_string()), "abort of a multipart upload failed; a lifecycle rule for incomplete uploads cleans it up");
+    async fn abort_quietly(&mut self) {
+        if !self.ended {
+            self.ended = true;
+            abort_upload(&self.store, &self.key, &self.full, &self.upload_id).await;
         }
     }
 }
@@ -530,13 +614,14 @@ impl MultipartUpload for S3Upload {
 
     async fn finish(mut self: Box<Self>) -> Result<(), StoreError> {
         let r = self.complete().await;
-        if r.is_err() {
-            self.abort_quietly().await;
+        match r {
+            Ok(()) => self.ended = true,
+            Err(_) => self.abort_quietly().await,
         }
         r
     }
 
-    async fn abort(self: Box<Self>) -> Result<(), StoreError> {
+    async fn abort(mut self: Box<Self>) -> Result<(), StoreError> {
         self.abort_quietly().await;
         Ok(())
     }

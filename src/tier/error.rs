@@ -60,6 +60,48 @@ pub enum TierError {
         chunk: u64,
         message: String,
     },
+    #[error("tier.log_dirs {path}: {source}; list the broker's log.dirs as existing directories strata tier can read")]
+    LogDir {
+        path: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error("copies by path are off: tier.log_dirs is empty; list the broker's log.dirs there, or set the bridge's rsm.config.strata.copy.mode=upload")]
+    CopyByPathOff,
+    #[error("tier.secret_file is not set: strata tier serves only a bridge that shares its secret; create one with `strata tier-secret FILE` and name it in tier.secret_file and in the broker's rsm.config.strata.secret.file")]
+    NoSecret,
+    #[error(transparent)]
+    Secret(#[from] super::auth::SecretError),
+    #[error("Unix socket {path} (tier.socket_dir): {message}")]
+    Socket { path: PathBuf, message: String },
+    #[error("TLS (tier.tls_cert_file, tier.tls_key_file): {0}")]
+    Tls(String),
+    /// The caller did not authenticate; the connection is closed after the answer.
+    #[error("unauthorized: {0}")]
+    Unauthorized(String),
+    #[error("unsupported content type {found:?}: {op} takes {expected}")]
+    ContentType {
+        op: &'static str,
+        found: String,
+        expected: &'static str,
+    },
+    #[error("bad request body: {0}")]
+    Body(String),
+    #[error("request body too large: {0}")]
+    TooLarge(String),
+    #[error(
+        "the request body did not arrive within {0:?}; the client is too slow or stopped sending"
+    )]
+    SlowBody(std::time::Duration),
+    #[error("busy: {0}; the broker retries later")]
+    Busy(String),
+    #[error("upload of segment {segment} refused: {message}")]
+    BadUpload { segment: String, message: String },
+    #[error("copy of segment {segment} took longer than {limit:?}; its uploads were aborted")]
+    CopyTimeout {
+        segment: String,
+        limit: std::time::Duration,
+    },
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -68,7 +110,16 @@ impl TierError {
     /// The status the bridge sees.
     pub fn status(&self) -> StatusCode {
         match self {
-            TierError::BadRequest(_) | TierError::BadJson { .. } => StatusCode::BAD_REQUEST,
+            TierError::BadRequest(_)
+            | TierError::BadJson { .. }
+            | TierError::BadUpload { .. }
+            | TierError::Body(_)
+            | TierError::CopyByPathOff => StatusCode::BAD_REQUEST,
+            TierError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            TierError::ContentType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            TierError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            TierError::SlowBody(_) => StatusCode::REQUEST_TIMEOUT,
+            TierError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             TierError::SegmentNotFound { .. } | TierError::IndexNotFound { .. } => {
                 StatusCode::NOT_FOUND
             }

@@ -1,20 +1,26 @@
 //! Tier mode: the storage service behind the broker's `RemoteStorageManager` bridge.
 //!
-//! Contract (HTTP, see `bridge/kafka-rsm/README.md`): copy stores a rolled segment as a chunked
-//! `.log` object, an indexes object and a manifest written last, idempotently; fetch serves
-//! verified original bytes of any range through a bounded chunk cache; delete is idempotent.
+//! Contract (HTTP, see `bridge/kafka-rsm/README.md`): every connection authenticates both ends
+//! with the shared secret; copy stores a rolled segment (read from the broker's log dirs, or
+//! uploaded in the request) as a chunked `.log` object, an indexes object and a manifest written
+//! last, idempotently; fetch serves verified original bytes of any range through a bounded chunk
+//! cache; delete is idempotent. `docs/tier.md` states the threat model.
 
 mod api;
+pub mod auth;
 mod cache;
 mod chunks;
 mod copy;
 mod error;
 mod fetch;
+mod files;
 mod keys;
 mod manifest;
 mod offset_index;
 mod protocol;
+mod socket;
 mod stats;
+mod upload;
 
 pub use cache::{ChunkCache, ChunkKey};
 pub use chunks::{ChunkLayout, Piece, RangeError, ReadPlan};
@@ -27,22 +33,17 @@ pub use manifest::{
 pub use offset_index::key_by_batch_start;
 pub use protocol::{
     CopyRequest, CopyResponse, DeleteRequest, FetchIndexRequest, FetchRequest, FieldError,
-    IndexType, SegmentFiles, SegmentId, SegmentMetadata, TopicId, TopicName,
+    IndexType, SegmentFiles, SegmentId, SegmentMetadata, TopicId, TopicName, UploadHeader,
+    UploadSizes,
 };
+pub use socket::SOCKET_NAME;
 
 use crate::config::Config;
 use crate::store::ObjectStore;
-use axum::serve::ListenerExt;
-use std::future::IntoFuture;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// How long in-flight requests may finish after a stop before the server quits anyway (the
-/// broker may hold a fetch body open).
-const DRAIN: Duration = Duration::from_secs(10);
 
 /// Memory kept for recently used chunks in front of a disk cache: what a few sequential readers
 /// need (the chunk being read and the prefetched ones), at least 32 MiB.
@@ -57,11 +58,24 @@ pub struct Tier {
     prefix: crate::layout::DumpDir,
     copier: copy::Copier,
     reader: Arc<fetch::Reader>,
+    secret: auth::SharedSecret,
+    /// The Unix socket named in every hello (`None`: TCP only).
+    socket: Option<PathBuf>,
+    log_dirs: files::LogDirs,
+    chunk_size: usize,
+    /// `tier.max_requests`: fetches, index fetches, deletes and health checks at once.
+    requests: Arc<tokio::sync::Semaphore>,
+    max_requests: u32,
 }
 
 impl Tier {
     /// Builds the service over a store (the chunk cache directory is emptied).
-    pub async fn new(cfg: &Config, store: Arc<dyn ObjectStore>) -> Result<Self, TierError> {
+    pub async fn new(
+        cfg: &Config,
+        store: Arc<dyn ObjectStore>,
+        secret: auth::SharedSecret,
+        socket: Option<PathBuf>,
+    ) -> Result<Self, TierError> {
         let t = &cfg.tier;
         let cache = match &t.cache_dir {
             Some(dir) => ChunkCache::on_disk(dir, t.cache_size.bytes(), hot_bytes(t)).await?,
@@ -90,7 +104,33 @@ impl Tier {
             )),
             store,
             prefix: t.prefix.clone(),
+            secret,
+            socket,
+            log_dirs: files::LogDirs::open(&t.log_dirs)?,
+            chunk_size,
+            requests: Arc::new(tokio::sync::Semaphore::new(t.max_requests as usize)),
+            max_requests: t.max_requests,
         })
+    }
+
+    /// One of the `tier.max_requests` slots, waiting at most `wait`; else "busy" (counted and
+    /// logged by the caller's failure).
+    async fn request_slot(
+        &self,
+        op: &'static str,
+        wait: Duration,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, TierError> {
+        match tokio::time::timeout(wait, self.requests.clone().acquire_owned()).await {
+            Ok(Ok(p)) => Ok(p),
+            Ok(Err(_)) => Err(TierError::Internal("the request limiter was closed".into())),
+            Err(_) => {
+                stats::rejected(op, "busy");
+                Err(TierError::Busy(format!(
+                    "all {} request slots (tier.max_requests) stayed taken for {wait:?}",
+                    self.max_requests
+                )))
+            }
+        }
     }
 
     /// Removes a segment's objects, manifest first; absent objects are fine.
@@ -102,6 +142,24 @@ impl Tier {
         }
         self.reader.forget(&keys);
         Ok(())
+    }
+
+    /// Removes what copies interrupted by a crash left behind: incomplete uploads (and
+    /// `file://` temp files) under the prefix that started long before any copy could still
+    /// run, so live copies of other brokers' strata tier sharing the bucket are not touched.
+    async fn clean_up(&self) {
+        let older_than = 4 * copy::COPY_DEADLINE;
+        let prefix = format!("{}/", self.prefix.as_str());
+        match self.store.remove_incomplete(&prefix, older_than).await {
+            Ok(0) => {}
+            Ok(n) => {
+                stats::cleaned(n);
+                tracing::info!(removed = n, prefix = %self.store.location(&prefix), "removed incomplete uploads a crash left behind");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not look for incomplete uploads a crash left behind; an S3 lifecycle rule for incomplete multipart uploads cleans them up")
+            }
+        }
     }
 }
 
@@ -116,90 +174,84 @@ fn return_big_buffers_to_the_system() {
     }
 }
 
-/// Where strata tier also serves the API: a Unix domain socket in the temporary directory named
-/// after the TCP address, so two services on one host never share one, and a restarted service
-/// finds its own again. The bridge learns the path from the [`api::SOCKET_HEADER`] of any
-/// answer over TCP and moves its next connections there (when the endpoint is on this host):
-/// bulk reads over a Unix socket cost a third of loopback TCP's (measured 5.4 GB/s against
-/// 1.8 GB/s on the 2-core dev host), and the broker reads every remote byte through it.
-pub fn unix_socket_path(addr: SocketAddr) -> PathBuf {
-    let ip = addr.ip().to_string().replace(':', "_");
-    std::env::temp_dir().join(format!("strata-tier-{ip}-{}.sock", addr.port()))
+/// The bounds of both listeners (see [`crate::listen`]).
+fn limits() -> crate::listen::Limits {
+    crate::listen::Limits::default()
 }
 
-/// Bytes a Unix socket may queue towards the bridge: a whole 1 MiB fetch window and then some.
-/// A Unix stream socket holds only what its sender's buffer allows (208 KiB by default), and a
-/// window larger than that is handed over in turns, each waiting for the broker's reader thread
-/// to be scheduled (measured: 1 MiB windows read slower than over TCP, whose buffers grow by
-/// themselves). The kernel caps this at `net.core.wmem_max`.
-const UNIX_SEND_BUFFER: libc::c_int = 4 << 20;
-
-fn widen_send_buffer(s: &tokio::net::UnixStream) {
-    use std::os::fd::AsRawFd;
-    let size = UNIX_SEND_BUFFER;
-    // SAFETY: setsockopt on a socket this process owns, with a pointer to a live c_int and its
-    // size; it changes only that socket's buffer limit.
-    let rc = unsafe {
-        libc::setsockopt(
-            s.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            (&size as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+/// TLS for the TCP listener from PEM files; the key file must be private like the secret.
+fn tls_acceptor(tls: &crate::config::TierTls) -> Result<tokio_rustls::TlsAcceptor, TierError> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    use std::os::unix::fs::MetadataExt;
+    let fail = |path: &Path, e: String| TierError::Tls(format!("{}: {e}", path.display()));
+    let meta = std::fs::metadata(&tls.key_file).map_err(|e| fail(&tls.key_file, e.to_string()))?;
+    auth::check_private(meta.mode(), meta.uid(), rustix::process::geteuid().as_raw())
+        .map_err(|e| fail(&tls.key_file, e))?;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&tls.cert_file)
+        .map_err(|e| fail(&tls.cert_file, e.to_string()))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| fail(&tls.cert_file, e.to_string()))?;
+    if certs.is_empty() {
+        return Err(fail(&tls.cert_file, "holds no PEM certificate".into()));
+    }
+    let key = PrivateKeyDer::from_pem_file(&tls.key_file).map_err(|e| {
+        fail(
+            &tls.key_file,
+            format!("holds no usable PEM private key: {e}"),
         )
-    };
-    if rc != 0 {
-        tracing::debug!(error = %std::io::Error::last_os_error(), "cannot widen a Unix socket's send buffer");
-    }
+    })?;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TierError::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| TierError::Tls(format!("the certificate and key do not fit: {e}")))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
-/// Binds the Unix socket, replacing a socket file a previous process at this address left
-/// behind. `None` (with a warning) when it cannot: the API stays on TCP only.
-fn bind_unix(path: &Path) -> Option<tokio::net::UnixListener> {
-    use std::os::unix::fs::FileTypeExt;
-    if let Ok(meta) = std::fs::symlink_metadata(path) {
-        if !meta.file_type().is_socket() {
-            tracing::warn!(path = %path.display(), "not listening on a Unix socket: the path exists and is not a socket");
-            return None;
-        }
-        let _ = std::fs::remove_file(path);
-    }
-    match tokio::net::UnixListener::bind(path) {
-        Ok(l) => Some(l),
-        Err(e) => {
-            tracing::warn!(path = %path.display(), error = %e, "not listening on a Unix socket; the bridge keeps using TCP");
-            None
-        }
-    }
-}
-
-/// Serves the bridge API on `cfg.tier.listen` (and [`unix_socket_path`]) until `stop` is set.
+/// Serves the bridge API on `cfg.tier.listen` (and the Unix socket in `tier.socket_dir`) until
+/// `stop` is set. Refuses to start without a usable secret, log dirs, TLS files or socket dir.
 pub async fn serve(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), TierError> {
     stats::describe();
     return_big_buffers_to_the_system();
+    let t = &cfg.tier;
+    let secret = auth::SharedSecret::load(t.secret_file.as_deref().ok_or(TierError::NoSecret)?)?;
+    let tls = t.tls.as_ref().map(tls_acceptor).transpose()?;
     let store = crate::store::open(&cfg.store)
         .await
         .map_err(TierError::StoreCheck)?;
     store.check().await.map_err(TierError::StoreCheck)?;
-    let tier = Arc::new(Tier::new(cfg, store.clone()).await?);
-    let addr = cfg.tier.listen;
+    let addr = t.listen;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| TierError::Listen {
             addr,
             source: TierError::io(e),
         })?;
-    let socket = unix_socket_path(addr);
-    let unix = bind_unix(&socket);
-    let advertised = unix.as_ref().map(|_| socket.as_path());
+    let mut unix = t
+        .socket_dir
+        .as_deref()
+        .map(socket::bind_private)
+        .transpose()?;
+    let socket_path = unix.as_ref().map(|u| u.path.clone());
+    let tier = Arc::new(Tier::new(cfg, store.clone(), secret, socket_path.clone()).await?);
+    {
+        let tier = tier.clone();
+        tokio::spawn(async move { tier.clean_up().await });
+    }
     tracing::info!(
         %addr,
-        socket = %advertised.map_or("none".to_string(), |p| p.display().to_string()),
-        store = %store.location(cfg.tier.prefix.as_str()),
-        chunk_size = %cfg.tier.chunk_size,
-        compression = if cfg.tier.compress_chunks { "zstd" } else { "none" },
-        cache = %cfg.tier.cache_dir.as_ref().map_or("memory".to_string(), |d| d.display().to_string()),
-        cache_size = %cfg.tier.cache_size,
+        tls = tls.is_some(),
+        socket = %socket_path.as_ref().map_or("none".to_string(), |p| p.display().to_string()),
+        store = %store.location(t.prefix.as_str()),
+        chunk_size = %t.chunk_size,
+        compression = if t.compress_chunks { "zstd" } else { "none" },
+        cache = %t.cache_dir.as_ref().map_or("memory".to_string(), |d| d.display().to_string()),
+        cache_size = %t.cache_size,
+        copies_by_path = !t.log_dirs.is_empty(),
         "strata tier serving the broker bridge"
     );
     let stopped = || {
@@ -210,42 +262,35 @@ pub async fn serve(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), TierError>
             }
         }
     };
-    // Answers go out as soon as they are written: no Nagle delay between a response's head and
-    // its body on the broker's short request/response exchanges.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-        }
-    });
-    let router = api::router(tier, advertised);
-    let tcp = axum::serve(listener, router.clone()).with_graceful_shutdown(stopped());
-    let unix = async {
-        match unix {
-            Some(l) => {
-                let l = l.tap_io(|s| widen_send_buffer(s));
-                axum::serve(l, router)
-                    .with_graceful_shutdown(stopped())
-                    .await
-            }
-            None => Ok(()),
-        }
+    let router = api::router(tier);
+    let per_connection = |r: &axum::Router| {
+        let r = r.clone();
+        move || Tier::connection(&r)
     };
-    let servers = async { tokio::try_join!(tcp.into_future(), unix) };
-    let drained = async {
-        stopped().await;
-        tokio::time::sleep(DRAIN).await;
-    };
-    let result = tokio::select! {
-        r = servers => r.map(|_| ()).map_err(|e| TierError::Serve(TierError::io(e))),
-        _ = drained => {
-            tracing::warn!("requests still open {DRAIN:?} after the stop; quitting anyway");
-            Ok(())
+    let tcp = crate::listen::serve(
+        "tier",
+        listener,
+        tls,
+        limits(),
+        per_connection(&router),
+        stopped(),
+    );
+    let unix_listener = unix.as_mut().and_then(|u| u.take_listener());
+    let over_unix = async {
+        if let Some(l) = unix_listener {
+            crate::listen::serve(
+                "tier-unix",
+                l,
+                None,
+                limits(),
+                per_connection(&router),
+                stopped(),
+            )
+            .await;
         }
     };
-    if advertised.is_some() {
-        let _ = std::fs::remove_file(&socket);
-    }
-    result?;
+    tokio::join!(tcp, over_unix);
+    drop(unix);
     tracing::info!("strata tier stopped");
     Ok(())
 }

@@ -16,7 +16,7 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    fn new(field: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(field: &'static str, message: impl Into<String>) -> Self {
         Self {
             field,
             message: message.into(),
@@ -222,7 +222,6 @@ pub struct CopyRequest {
 impl CopyRequest {
     /// Checks the segment and paths, and decodes the leader-epoch bytes.
     pub fn check(&self) -> Result<Vec<u8>, FieldError> {
-        use base64::Engine;
         self.segment.check()?;
         let f = &self.files;
         let paths = [
@@ -242,10 +241,66 @@ impl CopyRequest {
                 }
             }
         }
-        base64::engine::general_purpose::STANDARD
-            .decode(&self.leader_epoch_index)
-            .map_err(|e| FieldError::new("leader_epoch_index", format!("is not base64: {e}")))
+        decode_epochs(&self.leader_epoch_index)
     }
+}
+
+/// The sizes of a segment's files, as `/v1/copy-upload` announces them.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct UploadSizes {
+    pub offset_index: u64,
+    pub time_index: u64,
+    pub transaction_index: Option<u64>,
+    pub producer_snapshot: u64,
+    pub log: u64,
+}
+
+/// The JSON header of `POST /v1/copy-upload`; the files' bytes follow it in the body.
+#[derive(Debug, Clone, Deserialize)]
+pub struct UploadHeader {
+    pub segment: SegmentMetadata,
+    pub sizes: UploadSizes,
+    /// As in [`CopyRequest::leader_epoch_index`].
+    pub leader_epoch_index: String,
+}
+
+impl UploadHeader {
+    /// Checks the segment and the sizes against the limits, and decodes the leader-epoch bytes.
+    pub fn check(&self, max_index: u64) -> Result<Vec<u8>, FieldError> {
+        self.segment.check()?;
+        let s = &self.sizes;
+        if s.log != self.segment.segment_size_bytes as u64 {
+            return Err(FieldError::new(
+                "sizes.log",
+                format!(
+                    "{} differs from segment_size_bytes {}",
+                    s.log, self.segment.segment_size_bytes
+                ),
+            ));
+        }
+        let indexes = [
+            ("sizes.offset_index", Some(s.offset_index)),
+            ("sizes.time_index", Some(s.time_index)),
+            ("sizes.transaction_index", s.transaction_index),
+            ("sizes.producer_snapshot", Some(s.producer_snapshot)),
+        ];
+        for (field, size) in indexes {
+            if let Some(n) = size.filter(|n| *n > max_index) {
+                return Err(FieldError::new(
+                    field,
+                    format!("{n} bytes is more than the {max_index} an index may hold"),
+                ));
+            }
+        }
+        decode_epochs(&self.leader_epoch_index)
+    }
+}
+
+fn decode_epochs(b64: &str) -> Result<Vec<u8>, FieldError> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .map_err(|e| FieldError::new("leader_epoch_index", format!("is not base64: {e}")))
 }
 
 /// The answer to a successful copy; strata attaches no custom metadata.

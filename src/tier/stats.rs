@@ -10,6 +10,8 @@ pub const CACHE_MISSES: &str = "strata_tier_cache_misses_total";
 pub const PREFETCHES: &str = "strata_tier_prefetches_total";
 pub const STORE_SECONDS: &str = "strata_tier_store_seconds";
 pub const ERRORS: &str = "strata_tier_errors_total";
+pub const REJECTED: &str = "strata_tier_rejected_total";
+pub const CLEANED: &str = "strata_tier_incomplete_uploads_removed_total";
 
 /// Registers help texts; call once at start.
 pub fn describe() {
@@ -36,6 +38,14 @@ pub fn describe() {
         "Object store request latency by operation"
     );
     metrics::describe_counter!(ERRORS, "Failed bridge requests by operation");
+    metrics::describe_counter!(
+        REJECTED,
+        "Requests refused before any work: reason auth, content_type, too_large, slow_body, bad_request, or busy (a concurrency cap)"
+    );
+    metrics::describe_counter!(
+        CLEANED,
+        "Incomplete uploads (and staging files) a crash left behind, removed at start"
+    );
 }
 
 pub fn copied(bytes: u64) {
@@ -56,6 +66,14 @@ pub fn cache_miss() {
 
 pub fn prefetch() {
     metrics::counter!(PREFETCHES).increment(1);
+}
+
+pub fn rejected(op: &'static str, reason: &'static str) {
+    metrics::counter!(REJECTED, "op" => op, "reason" => reason).increment(1);
+}
+
+pub fn cleaned(n: u64) {
+    metrics::counter!(CLEANED).increment(n);
 }
 
 pub fn error(op: &'static str) {

@@ -223,6 +223,12 @@ pub(super) const TIER_KEYS: &[&str] = &[
     "cache_size",
     "prefetch_chunks",
     "upload_concurrency",
+    "secret_file",
+    "log_dirs",
+    "socket_dir",
+    "tls_cert_file",
+    "tls_key_file",
+    "max_requests",
 ];
 
 pub(super) fn validate(

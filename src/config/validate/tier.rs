@@ -14,8 +14,66 @@ pub(super) fn tier(cx: &mut Ctx<'_>, raw: RawTier) -> TierConfig {
         );
         SocketAddr::from(([127, 0, 0, 1], 9190))
     });
-    if !listen.ip().is_loopback() {
-        cx.push("tier.listen", format!("{listen} is not a loopback address; the bridge and strata tier run on the same host, keep it on 127.0.0.1"));
+    let tls = match (
+        cx.text("tier.tls_cert_file", &raw.tls_cert_file),
+        cx.text("tier.tls_key_file", &raw.tls_key_file),
+    ) {
+        (Some(cert), Some(key)) => Some(TierTls {
+            cert_file: PathBuf::from(cert),
+            key_file: PathBuf::from(key),
+        }),
+        (None, None) => None,
+        (Some(_), None) => {
+            cx.push(
+                "tier.tls_key_file",
+                "is missing: tier.tls_cert_file needs its private key (PEM)",
+            );
+            None
+        }
+        (None, Some(_)) => {
+            cx.push(
+                "tier.tls_cert_file",
+                "is missing: tier.tls_key_file needs its certificate chain (PEM)",
+            );
+            None
+        }
+    };
+    if !listen.ip().is_loopback() && tls.is_none() {
+        cx.push("tier.listen", format!("{listen} is not a loopback address: brokers on other hosts reach strata tier over TLS only; set tier.tls_cert_file and tier.tls_key_file, or listen on 127.0.0.1"));
+    }
+    let secret_file = cx
+        .text("tier.secret_file", &raw.secret_file)
+        .map(PathBuf::from);
+    let log_dirs: Vec<PathBuf> = raw
+        .log_dirs
+        .as_ref()
+        .map(|l| l.items())
+        .unwrap_or_default()
+        .into_iter()
+        .map(PathBuf::from)
+        .collect();
+    for d in &log_dirs {
+        if !d.is_absolute() {
+            cx.push("tier.log_dirs", format!("{} is not an absolute path; list the broker's log.dirs as the broker names them", d.display()));
+        }
+    }
+    let socket_dir = cx
+        .text("tier.socket_dir", &raw.socket_dir)
+        .map(PathBuf::from);
+    if let Some(d) = &socket_dir {
+        if !d.is_absolute() {
+            cx.push(
+                "tier.socket_dir",
+                format!(
+                    "{} is not an absolute path (e.g. \"/run/strata-tier\")",
+                    d.display()
+                ),
+            );
+        }
+    }
+    let max_requests = raw.max_requests.unwrap_or(defaults::MAX_REQUESTS);
+    if max_requests == 0 {
+        cx.push("tier.max_requests", "must be at least 1");
     }
     let prefix_text = cx
         .text("tier.prefix", &raw.prefix)
@@ -64,5 +122,10 @@ pub(super) fn tier(cx: &mut Ctx<'_>, raw: RawTier) -> TierConfig {
         cache_size,
         prefetch_chunks: raw.prefetch_chunks.unwrap_or(defaults::PREFETCH_CHUNKS),
         upload_concurrency: upload_concurrency.max(1),
+        secret_file,
+        log_dirs,
+        socket_dir,
+        tls,
+        max_requests: max_requests.max(1),
     }
 }
