@@ -2,7 +2,9 @@
 //! renamed into place (then the directory is fsynced), so readers never see partial objects
 //! and a completed `put` survives a crash.
 
-use super::{check_key, ErrorKind, MultipartUpload, ObjectMeta, ObjectStore, StoreError};
+use super::{
+    check_key, ErrorKind, Incomplete, MultipartUpload, ObjectMeta, ObjectStore, StoreError,
+};
 use async_trait::async_trait;
 use bytes::Bytes;
 use std::io::{self, SeekFrom, Write};
@@ -161,23 +163,25 @@ impl ObjectStore for FsStore {
         }))
     }
 
-    async fn remove_incomplete(
-        &self,
-        prefix: &str,
-        older_than: std::time::Duration,
-    ) -> Result<u64, StoreError> {
+    async fn incomplete(&self, prefix: &str) -> Result<Vec<Incomplete>, StoreError> {
         let root = self.root.clone();
         let p = prefix.to_string();
         blocking(move || {
-            let cutoff = std::time::SystemTime::now()
-                .checked_sub(older_than)
-                .unwrap_or(std::time::UNIX_EPOCH);
-            let mut removed = 0;
-            remove_old_temps(&root, "", &p, cutoff, &mut removed)?;
-            Ok(removed)
+            let mut out = Vec::new();
+            find_temps(&root, "", &p, &mut out)?;
+            Ok(out)
         })
         .await
         .map_err(|e| self.io_err(prefix, e))
+    }
+
+    async fn abort_incomplete(&self, write: &Incomplete) -> Result<(), StoreError> {
+        check_key(|| self.location(&write.handle), &write.handle)?;
+        match tokio::fs::remove_file(self.root.join(&write.handle)).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(self.io_err(&write.key, e)),
+        }
     }
 
     async fn get(&self, key: &str) -> Result<Bytes, StoreError> {
@@ -329,47 +333,41 @@ impl Drop for FsUpload {
     }
 }
 
-/// Temp and staging files under `dir` (keys starting with `prefix`) last changed before
-/// `cutoff` are removed.
-fn remove_old_temps(
-    dir: &Path,
-    rel: &str,
-    prefix: &str,
-    cutoff: std::time::SystemTime,
-    removed: &mut u64,
-) -> io::Result<()> {
+/// Temp and staging files in directories under `dir` whose keys start with `prefix` (a temp
+/// file sits beside its object, so its directory decides).
+fn find_temps(dir: &Path, rel: &str, prefix: &str, out: &mut Vec<Incomplete>) -> io::Result<()> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
     };
+    let dir_key = if rel.is_empty() {
+        String::new()
+    } else {
+        format!("{rel}/")
+    };
     for entry in entries {
         let entry = entry?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        let key = if rel.is_empty() {
-            name.to_string()
-        } else {
-            format!("{rel}/{name}")
-        };
         let meta = entry.metadata()?;
         if meta.is_dir() {
+            let key = format!("{dir_key}{name}");
             if key.starts_with(prefix) || prefix.starts_with(&format!("{key}/")) {
-                remove_old_temps(&entry.path(), &key, prefix, cutoff, removed)?;
+                find_temps(&entry.path(), &key, prefix, out)?;
             }
             continue;
         }
-        let temp = name.starts_with(TMP_PREFIX) || name.starts_with(STAGING_PREFIX);
-        // Temp files sit beside their object: in scope when their directory is.
-        let dir_key = if rel.is_empty() {
-            String::new()
-        } else {
-            format!("{rel}/")
-        };
-        let in_scope = dir_key.starts_with(prefix);
-        if temp && in_scope && meta.modified().is_ok_and(|m| m < cutoff) {
-            std::fs::remove_file(entry.path())?;
-            *removed += 1;
+        let object = name
+            .strip_prefix(TMP_PREFIX)
+            .and_then(|rest| rest.split_once('-').map(|(_, n)| n))
+            .or_else(|| name.strip_prefix(STAGING_PREFIX));
+        if let (Some(object), true) = (object, dir_key.starts_with(prefix)) {
+            out.push(Incomplete {
+                key: format!("{dir_key}{object}"),
+                started: meta.modified().ok().map(Into::into),
+                handle: format!("{dir_key}{name}"),
+            });
         }
     }
     Ok(())

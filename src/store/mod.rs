@@ -68,6 +68,16 @@ pub struct ObjectMeta {
     pub last_modified: Option<DateTime<Utc>>,
 }
 
+/// A write that was started and not finished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Incomplete {
+    /// The key the object would have had.
+    pub key: String,
+    pub started: Option<DateTime<Utc>>,
+    /// What the backend needs to discard it (an upload id, a temp file's path).
+    pub handle: String,
+}
+
 /// An upload in parts, for objects too large to hold in memory at once. Nothing is visible
 /// under the key until `finish` returns; an upload dropped without `finish` or `abort` (a
 /// cancelled task) aborts itself, so no incomplete upload or temp file outlives its writer.
@@ -96,15 +106,30 @@ pub trait ObjectStore: Send + Sync + fmt::Debug {
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
     /// Proves the store is reachable and writable (creates the bucket when configured to).
     async fn check(&self) -> Result<(), StoreError>;
-    /// Removes what interrupted writes under `prefix` left behind (incomplete multipart
-    /// uploads, `file://` temp files) that started more than `older_than` ago, so that a crash
-    /// leaves nothing behind for good; returns how many. Writes younger than that may belong to
-    /// a live writer (another process sharing the store) and are left alone.
+    /// Writes under `prefix` that were started and neither finished nor aborted: incomplete
+    /// multipart uploads (S3), temp files (`file://`). Live writers' included.
+    async fn incomplete(&self, prefix: &str) -> Result<Vec<Incomplete>, StoreError>;
+    /// Discards one of them; already gone is fine.
+    async fn abort_incomplete(&self, write: &Incomplete) -> Result<(), StoreError>;
+    /// Removes what interrupted writes under `prefix` left behind that started more than
+    /// `older_than` ago, so that a crash leaves nothing behind for good; returns how many.
+    /// Younger writes may belong to a live writer (another process sharing the store).
     async fn remove_incomplete(
         &self,
         prefix: &str,
         older_than: std::time::Duration,
-    ) -> Result<u64, StoreError>;
+    ) -> Result<u64, StoreError> {
+        let cutoff =
+            Utc::now() - chrono::Duration::from_std(older_than).unwrap_or(chrono::Duration::MAX);
+        let mut removed = 0;
+        for w in self.incomplete(prefix).await? {
+            if w.started.is_some_and(|t| t < cutoff) {
+                self.abort_incomplete(&w).await?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
     /// A local path where the object under `key` may be written in place before
     /// [`ObjectStore::put_staged`], so it never has to be held in memory; `None` when the store
     /// is not a local directory (build the object in memory and `put` it). The path is hidden

@@ -2,7 +2,9 @@
 //! in multipart uploads; checksums are computed only when the API requires them, which
 //! S3-compatible stores handle. Error messages are scrubbed of the configured credentials.
 
-use super::{check_key, ErrorKind, MultipartUpload, ObjectMeta, ObjectStore, StoreError};
+use super::{
+    check_key, ErrorKind, Incomplete, MultipartUpload, ObjectMeta, ObjectStore, StoreError,
+};
 use crate::config::{Credentials, S3Settings};
 use async_trait::async_trait;
 use aws_sdk_s3::config::http::HttpResponse;
@@ -270,19 +272,9 @@ impl ObjectStore for S3Store {
         Ok(Box::new(self.start_multipart(key).await?))
     }
 
-    async fn remove_incomplete(
-        &self,
-        prefix: &str,
-        older_than: Duration,
-    ) -> Result<u64, StoreError> {
+    async fn incomplete(&self, prefix: &str) -> Result<Vec<Incomplete>, StoreError> {
         let full_prefix = format!("{}{prefix}", self.prefix);
-        let cutoff = std::time::SystemTime::now()
-            .checked_sub(older_than)
-            .unwrap_or(std::time::UNIX_EPOCH);
-        let cutoff_secs = cutoff
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        let mut removed = 0;
+        let mut out = Vec::new();
         let (mut key_marker, mut id_marker) = (None::<String>, None::<String>);
         loop {
             let page = self
@@ -290,37 +282,53 @@ impl ObjectStore for S3Store {
                 .list_multipart_uploads()
                 .bucket(&self.bucket)
                 .prefix(&full_prefix)
-                .set_key_marker(key_marker.clone())
-                .set_upload_id_marker(id_marker.clone())
+                .set_key_marker(key_marker.take())
+                .set_upload_id_marker(id_marker.take())
                 .send()
                 .await
                 .map_err(|e| self.err(prefix, "list multipart uploads", e))?;
             for u in page.uploads.unwrap_or_default() {
-                let (Some(key), Some(id)) = (u.key, u.upload_id) else {
+                let (Some(full), Some(id)) = (u.key, u.upload_id) else {
                     continue;
                 };
-                let old = u.initiated.is_some_and(|t| t.secs() < cutoff_secs);
-                if !old {
+                let Some(key) = full.strip_prefix(&self.prefix) else {
                     continue;
-                }
-                self.client
-                    .abort_multipart_upload()
-                    .bucket(&self.bucket)
-                    .key(&key)
-                    .upload_id(&id)
-                    .send()
-                    .await
-                    .map_err(|e| self.err(prefix, "abort multipart upload", e))?;
-                removed += 1;
-            }
-            if page.is_truncated != Some(true) {
-                return Ok(removed);
+                };
+                out.push(Incomplete {
+                    key: key.to_string(),
+                    started: u
+                        .initiated
+                        .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())),
+                    handle: id,
+                });
             }
             key_marker = page.next_key_marker;
             id_marker = page.next_upload_id_marker;
-            if key_marker.is_none() && id_marker.is_none() {
-                return Ok(removed);
+            if page.is_truncated != Some(true) || (key_marker.is_none() && id_marker.is_none()) {
+                return Ok(out);
             }
+        }
+    }
+
+    async fn abort_incomplete(&self, write: &Incomplete) -> Result<(), StoreError> {
+        let full = self.full_key(&write.key)?;
+        match self
+            .client
+            .abort_multipart_upload()
+            .bucket(&self.bucket)
+            .key(&full)
+            .upload_id(&write.handle)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.code() == Some("NoSuchUpload")) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(self.err(&write.key, "abort multipart upload", e)),
         }
     }
 

@@ -160,6 +160,52 @@ pub async fn run(store: &dyn ObjectStore, base: &str, multipart_size: usize) {
         .collect();
     assert_eq!(listed, vec![k("m/big.bin"), k("m/put-big.bin")]);
 
+    // an upload dropped unfinished (a cancelled writer) aborts itself
+    let mut up = store.put_multipart(&k("d/dropped.bin")).await.unwrap();
+    up.write(pattern(multipart_size, 5)).await.unwrap();
+    let open: Vec<String> = store
+        .incomplete(&k("d/"))
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|w| w.key)
+        .collect();
+    assert_eq!(open, vec![k("d/dropped.bin")], "a live upload is listed");
+    drop(up);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !store.incomplete(&k("d/")).await.unwrap().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a dropped upload was not aborted within 10 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // one whose writer vanished without dropping it (a crash) stays until removed at start,
+    // and only once it is older than asked
+    let mut up = store.put_multipart(&k("d/crashed.bin")).await.unwrap();
+    up.write(pattern(1000, 6)).await.unwrap();
+    std::mem::forget(up);
+    let hour = std::time::Duration::from_secs(3600);
+    assert_eq!(store.remove_incomplete(&k("d/"), hour).await.unwrap(), 0);
+    assert_eq!(store.incomplete(&k("d/")).await.unwrap().len(), 1);
+    assert_eq!(
+        store.incomplete(&k("other/")).await.unwrap(),
+        vec![],
+        "scoped by prefix"
+    );
+    assert_eq!(
+        store
+            .remove_incomplete(&k("d/"), std::time::Duration::ZERO)
+            .await
+            .unwrap(),
+        1
+    );
+    assert!(store.incomplete(&k("d/")).await.unwrap().is_empty());
+    assert_eq!(
+        store.head(&k("d/crashed.bin")).await.unwrap_err().kind,
+        ErrorKind::NotFound
+    );
+
     // staged objects: written in place where the store offers it (file://), else from any
     // local file (uploaded in parts); hidden until put_staged, the file is gone afterwards
     let scratch = tempfile::tempdir().unwrap();
