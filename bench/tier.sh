@@ -96,6 +96,9 @@ secret_key = "test"
 create_bucket = true
 [tier]
 listen = "$TIER_ADDR"
+secret_file = "$STRATA_TEST_TIER_SECRET"
+log_dirs = ["$STRATA_TEST_KAFKA_LOG_DIR"]
+socket_dir = "$STRATA_TEST_TIER_SOCKET_DIR"
 chunk_size = "$CHUNK"
 compression = "$COMPRESSION"
 prefetch_chunks = $PREFETCH
@@ -103,10 +106,14 @@ cache_size = "$(( SIZE_MIB * 2 + 64 ))MiB"
 $cache_line
 EOF
   rm -rf "$1"
+  local before
+  before=$(wc -l <"$WORK/tier.log" 2>/dev/null || echo 0)
   "$BIN" --log-format human tier --config "$WORK/tier.toml" >>"$WORK/tier.log" 2>&1 &
   TIER_PID=$!
   for _ in $(seq 1 300); do
-    if curl -fsS "http://$TIER_ADDR/v1/health" >/dev/null 2>&1; then return 0; fi
+    # The API answers only the bridge (authenticated); the start-up line says it is serving.
+    if tail -n "+$((before + 1))" "$WORK/tier.log" 2>/dev/null | grep -q "strata tier serving the broker bridge" &&
+      (exec 3<>"/dev/tcp/${TIER_ADDR%:*}/${TIER_ADDR##*:}") 2>/dev/null; then return 0; fi
     kill -0 "$TIER_PID" 2>/dev/null || { tail -20 "$WORK/tier.log" >&2; die "strata tier exited"; }
     sleep 0.1
   done

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use strata::format::Record;
 use strata::store::ObjectStore;
+use strata::tier::auth::{self, SessionKey, SharedSecret};
 use strata::tier::{Manifest, SegmentMetadata};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -31,6 +32,24 @@ fn tier_addr() -> String {
     std::env::var("STRATA_TEST_TIER_ADDR").unwrap_or_else(|_| {
         panic!("STRATA_TEST_TIER_ADDR is not set: run with `./dev test` or `eval \"$(./dev env)\"`")
     })
+}
+
+/// The secret the dev broker's bridge reads (`rsm.config.strata.secret.file`).
+fn dev_secret() -> PathBuf {
+    PathBuf::from(
+        std::env::var("STRATA_TEST_TIER_SECRET").unwrap_or_else(|_| {
+            panic!("STRATA_TEST_TIER_SECRET is not set: run with `./dev test`")
+        }),
+    )
+}
+
+/// The private socket directory the dev broker's strata tier uses.
+fn dev_socket_dir() -> PathBuf {
+    PathBuf::from(
+        std::env::var("STRATA_TEST_TIER_SOCKET_DIR").unwrap_or_else(|_| {
+            panic!("STRATA_TEST_TIER_SOCKET_DIR is not set: run with `./dev test`")
+        }),
+    )
 }
 
 fn kafka_log_dir() -> PathBuf {
@@ -49,13 +68,62 @@ fn free_addr() -> String {
 // ------------------------------------------------------------------------------------------
 // A `strata tier` child process, killed when dropped (also when a test fails).
 
+/// Where a strata tier listens and the secret its bridge shares with it.
+#[derive(Clone)]
+struct Endpoint {
+    addr: String,
+    secret: SharedSecret,
+}
+
+impl Endpoint {
+    fn new(addr: &str, secret_file: &Path) -> Self {
+        Self {
+            addr: addr.to_string(),
+            secret: SharedSecret::load(secret_file).expect("the test's secret file"),
+        }
+    }
+}
+
 struct TierProcess {
     child: Option<Child>,
     log: PathBuf,
 }
 
 impl TierProcess {
-    async fn start(config: &Path, addr: &str, log: &Path) -> Self {
+    /// Starts strata tier and waits until it answers an authenticated health check with its
+    /// own pid (not another process left on the port).
+    async fn start(config: &Path, ep: &Endpoint, log: &Path) -> Self {
+        let mut p = Self::spawn(config, log);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Some(status) = p.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!(
+                    "strata tier exited with {status} at start:\n{}",
+                    p.log_text()
+                );
+            }
+            if let Ok(mut c) = Conn::open(ep).await {
+                let r = c.call("GET", "/v1/health", b"").await;
+                let pid = p.child.as_ref().unwrap().id();
+                assert_eq!(
+                    r.text(),
+                    format!("ok pid={pid}"),
+                    "another strata tier answers on {} (one left running?)",
+                    ep.addr
+                );
+                return p;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "strata tier did not answer on {}:\n{}",
+                ep.addr,
+                p.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn spawn(config: &Path, log: &Path) -> Self {
         let out = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -75,35 +143,9 @@ impl TierProcess {
             .stderr(out)
             .spawn()
             .expect("spawn strata tier");
-        let mut p = Self {
+        Self {
             child: Some(child),
             log: log.to_path_buf(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Some(status) = p.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!(
-                    "strata tier exited with {status} at start:\n{}",
-                    p.log_text()
-                );
-            }
-            if let Ok(r) = try_http(addr, "GET", "/v1/health", b"").await {
-                let pid = p.child.as_ref().unwrap().id();
-                if r.status == 200 && r.text() == format!("ok pid={pid}") {
-                    return p;
-                }
-                assert!(
-                    r.status != 200,
-                    "another process answers on {addr}: {} (a strata tier left running?)",
-                    r.text()
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "strata tier did not answer on {addr}:\n{}",
-                p.log_text()
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
@@ -126,14 +168,36 @@ impl Drop for TierProcess {
     }
 }
 
+/// The `[tier]` lines every test's strata tier needs: its secret, the log dir copies come
+/// from, and (optionally) its private socket directory.
+fn access_toml(secret: &Path, log_dir: &Path, socket_dir: Option<&Path>) -> String {
+    let mut t = format!(
+        "secret_file = \"{}\"\nlog_dirs = [\"{}\"]\n",
+        secret.display(),
+        log_dir.display()
+    );
+    if let Some(d) = socket_dir {
+        t.push_str(&format!("socket_dir = \"{}\"\n", d.display()));
+    }
+    t
+}
+
 fn write_config(dir: &Path, name: &str, store_prefix: &str, tier: &str) -> PathBuf {
     let path = dir.join(name);
     std::fs::write(&path, format!("{}{tier}", s3_toml(store_prefix))).unwrap();
     path
 }
 
+/// A fresh secret file in `dir`.
+fn new_secret(dir: &Path) -> PathBuf {
+    let p = dir.join("tier.secret");
+    strata::tier::auth::write_new_secret(&p).unwrap();
+    p
+}
+
 // ------------------------------------------------------------------------------------------
-// A minimal HTTP/1.1 client: the tests want to see statuses, headers and short bodies as sent.
+// A minimal HTTP/1.1 client speaking the bridge's protocol: the tests want to see statuses,
+// headers and bodies as sent, and to break the protocol on purpose.
 
 #[derive(Debug)]
 struct Reply {
@@ -154,85 +218,296 @@ impl Reply {
     }
 }
 
-async fn try_http(addr: &str, method: &str, path: &str, body: &[u8]) -> std::io::Result<Reply> {
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await?;
-    s.write_all(body).await?;
-    // Read until the server closes; a reset after a cut-short body keeps what arrived.
-    let mut raw = Vec::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        match tokio::time::timeout(Duration::from_secs(60), s.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => break,
-            Ok(Ok(n)) => raw.extend_from_slice(&buf[..n]),
+/// Takes a body as it arrives, instead of the reply keeping it.
+type Sink<'a> = &'a mut dyn FnMut(&[u8]);
+
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+/// One connection: after [`Conn::hello`], requests are signed and answers checked.
+struct Conn {
+    io: Box<dyn Io>,
+    host: String,
+    /// Read but not yet consumed.
+    pending: Vec<u8>,
+    key: Option<SessionKey>,
+    seq: u64,
+}
+
+/// What a hello answered.
+struct Hello {
+    socket: Option<String>,
+}
+
+impl Conn {
+    async fn tcp(addr: &str) -> std::io::Result<Self> {
+        let s = tokio::net::TcpStream::connect(addr).await?;
+        Ok(Self::over(Box::new(s), addr))
+    }
+
+    async fn unix(path: &Path) -> std::io::Result<Self> {
+        let s = tokio::net::UnixStream::connect(path).await?;
+        Ok(Self::over(Box::new(s), "localhost"))
+    }
+
+    fn over(io: Box<dyn Io>, host: &str) -> Self {
+        Self {
+            io,
+            host: host.to_string(),
+            pending: Vec::new(),
+            key: None,
+            seq: 0,
+        }
+    }
+
+    /// Connected and authenticated over TCP.
+    async fn open(ep: &Endpoint) -> std::io::Result<Self> {
+        let mut c = Self::tcp(&ep.addr).await?;
+        c.hello(&ep.secret).await?;
+        Ok(c)
+    }
+
+    /// The handshake; panics when strata's proof is wrong (the server under test is ours).
+    async fn hello(&mut self, secret: &SharedSecret) -> std::io::Result<Hello> {
+        let (hello, proof_ok) = self.hello_unchecked(secret).await?;
+        assert!(proof_ok, "strata tier's hello proof is wrong");
+        Ok(hello)
+    }
+
+    /// The handshake without judging the proof (a bridge holding another secret).
+    async fn hello_unchecked(&mut self, secret: &SharedSecret) -> std::io::Result<(Hello, bool)> {
+        let cn = auth::nonce();
+        let body = serde_json::json!({"version": 1, "client_nonce": cn}).to_string();
+        let r = self
+            .exchange("POST", "/v1/hello", JSON, &[], body.as_bytes(), None)
+            .await?;
+        if r.status != 200 {
+            return Err(std::io::Error::other(format!(
+                "hello: {} {}",
+                r.status,
+                r.text()
+            )));
+        }
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        let sn = v["server_nonce"].as_str().unwrap();
+        let socket = v["socket"].as_str().map(str::to_string);
+        let proof_ok = auth::same_mac(
+            v["proof"].as_str().unwrap(),
+            &auth::server_proof(secret, &cn, sn, socket.as_deref()),
+        );
+        self.key = Some(SessionKey::derive(secret, &cn, sn));
+        self.seq = 0;
+        Ok((Hello { socket }, proof_ok))
+    }
+
+    /// Writes a signed request and leaves the answer unread (a bridge that stops reading).
+    async fn send_only(&mut self, path: &str, body: &[u8]) {
+        let (_, auth_header) = self.sign("POST", path, body);
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: {JSON}\r\nContent-Length: {}\r\nstrata-auth: {auth_header}\r\n\r\n",
+            self.host,
+            body.len()
+        );
+        self.io.write_all(head.as_bytes()).await.unwrap();
+        self.io.write_all(body).await.unwrap();
+    }
+
+    /// A signed request; the answer's signature must check.
+    async fn call(&mut self, method: &str, path: &str, body: &[u8]) -> Reply {
+        self.call_streaming(method, path, body, None).await
+    }
+
+    async fn call_streaming(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: &[u8],
+        sink: Option<Sink<'_>>,
+    ) -> Reply {
+        let ctype = if method == "GET" { "" } else { JSON };
+        let (seq, auth_header) = self.sign(method, path, body);
+        let streamed = sink.is_some();
+        let r = self
+            .exchange(
+                method,
+                path,
+                ctype,
+                &[("strata-auth", auth_header)],
+                body,
+                sink,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        self.check_signature(&r, seq, path, streamed);
+        r
+    }
+
+    /// The next sequence number and its `Strata-Auth` header for a body.
+    fn sign(&mut self, method: &str, path: &str, covered: &[u8]) -> (u64, String) {
+        self.seq += 1;
+        let key = self.key.as_ref().expect("hello first");
+        let mac = key.request_mac(self.seq, method, path, &auth::sha256_hex(covered));
+        (self.seq, format!("{} {mac}", self.seq))
+    }
+
+    fn check_signature(&self, r: &Reply, seq: u64, path: &str, streamed: bool) {
+        let key = self.key.as_ref().unwrap();
+        let digest = if path == "/v1/fetch" && r.status == 200 {
+            format!("stream {}", r.content_length().unwrap())
+        } else {
+            assert!(!streamed, "only fetch bodies are streamed");
+            auth::sha256_hex(&r.body)
+        };
+        let want = key.response_mac(seq, r.status, &digest);
+        let got = r.headers.get("strata-auth").map(String::as_str);
+        assert_eq!(
+            got,
+            Some(want.as_str()),
+            "{path}: the answer's signature ({} {})",
+            r.status,
+            r.text()
+        );
+    }
+
+    /// Sends one request as given and reads the answer: up to its Content-Length, or until
+    /// the server closes (a body cut short keeps what arrived). `sink` takes the body instead
+    /// of the reply.
+    async fn exchange(
+        &mut self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        headers: &[(&str, String)],
+        body: &[u8],
+        mut sink: Option<Sink<'_>>,
+    ) -> std::io::Result<Reply> {
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.host);
+        if !content_type.is_empty() {
+            head.push_str(&format!("Content-Type: {content_type}\r\n"));
+        }
+        head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        self.io.write_all(head.as_bytes()).await?;
+        self.io.write_all(body).await?;
+        self.read_reply(method, path, sink.take()).await
+    }
+
+    async fn read_reply(
+        &mut self,
+        method: &str,
+        path: &str,
+        mut sink: Option<Sink<'_>>,
+    ) -> std::io::Result<Reply> {
+        let mut buf = vec![0u8; 1 << 20];
+        let split = loop {
+            if let Some(i) = self.pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                break i;
+            }
+            let n = self.read_some(&mut buf, method, path).await?;
+            if n == 0 {
+                return Err(std::io::Error::other("the server closed before answering"));
+            }
+            self.pending.extend_from_slice(&buf[..n]);
+        };
+        let head = String::from_utf8_lossy(&self.pending[..split]).into_owned();
+        self.pending.drain(..split + 4);
+        let mut lines = head.split("\r\n");
+        let status = lines
+            .next()
+            .and_then(|l| l.split(' ').nth(1))
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| std::io::Error::other("bad status line"))?;
+        let headers: BTreeMap<String, String> = lines
+            .filter_map(|l| l.split_once(':'))
+            .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+            .collect();
+        let length = if status == 204 || status == 304 {
+            Some(0)
+        } else {
+            headers
+                .get("content-length")
+                .map(|v| v.parse::<usize>().unwrap())
+        };
+        let mut body = Vec::new();
+        let mut got = 0usize;
+        let mut take = |data: &[u8], body: &mut Vec<u8>| match sink.as_mut() {
+            Some(f) => f(data),
+            None => body.extend_from_slice(data),
+        };
+        let first = std::mem::take(&mut self.pending);
+        let first_len = length.map_or(first.len(), |l| l.min(first.len()));
+        take(&first[..first_len], &mut body);
+        self.pending = first[first_len..].to_vec();
+        got += first_len;
+        while length.is_none_or(|l| got < l) {
+            // A reset after a cut-short body keeps what arrived.
+            let n: usize = self
+                .read_some(&mut buf, method, path)
+                .await
+                .unwrap_or_default();
+            if n == 0 {
+                break;
+            }
+            let want = length.map_or(n, |l| (l - got).min(n));
+            take(&buf[..want], &mut body);
+            self.pending.extend_from_slice(&buf[want..n]);
+            got += want;
+        }
+        Ok(Reply {
+            status,
+            headers,
+            body,
+        })
+    }
+
+    async fn read_some(
+        &mut self,
+        buf: &mut [u8],
+        method: &str,
+        path: &str,
+    ) -> std::io::Result<usize> {
+        match tokio::time::timeout(Duration::from_secs(60), self.io.read(buf)).await {
+            Ok(r) => r,
             Err(_) => panic!("{method} {path}: no data for 60 s"),
         }
     }
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no HTTP head"))?;
-    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
-    let mut lines = head.split("\r\n");
-    let status = lines
-        .next()
-        .and_then(|l| l.split(' ').nth(1))
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other("bad status line"))?;
-    let headers: BTreeMap<String, String> = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
-        .collect();
-    let mut body = raw[split + 4..].to_vec();
-    if headers.get("transfer-encoding").map(String::as_str) == Some("chunked") {
-        body = dechunk(&body);
-    }
-    Ok(Reply {
-        status,
-        headers,
-        body,
-    })
 }
 
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    while let Some(eol) = b.windows(2).position(|w| w == b"\r\n") {
-        let n = usize::from_str_radix(std::str::from_utf8(&b[..eol]).unwrap().trim(), 16).unwrap();
-        if n == 0 || b.len() < eol + 2 + n {
-            break;
-        }
-        out.extend_from_slice(&b[eol + 2..eol + 2 + n]);
-        b = &b[(eol + 4 + n).min(b.len())..];
-    }
-    out
-}
+const JSON: &str = "application/json";
 
-async fn post(addr: &str, path: &str, json: &serde_json::Value) -> Reply {
-    try_http(addr, "POST", path, json.to_string().as_bytes())
+/// One authenticated request on a new connection.
+async fn post(ep: &Endpoint, path: &str, json: &serde_json::Value) -> Reply {
+    let mut c = Conn::open(ep)
         .await
-        .unwrap_or_else(|e| panic!("POST {path} to {addr}: {e}"))
+        .unwrap_or_else(|e| panic!("connect to {}: {e}", ep.addr));
+    c.call("POST", path, json.to_string().as_bytes()).await
 }
 
-async fn fetch(addr: &str, seg: &serde_json::Value, start: i64, end: Option<i64>) -> Reply {
+async fn fetch(ep: &Endpoint, seg: &serde_json::Value, start: i64, end: Option<i64>) -> Reply {
     post(
-        addr,
+        ep,
         "/v1/fetch",
         &serde_json::json!({"segment": seg, "start_position": start, "end_position": end}),
     )
     .await
 }
 
-async fn fetch_index(addr: &str, seg: &serde_json::Value, index: &str) -> Reply {
+async fn fetch_index(ep: &Endpoint, seg: &serde_json::Value, index: &str) -> Reply {
     post(
-        addr,
+        ep,
         "/v1/fetch-index",
         &serde_json::json!({"segment": seg, "index": index}),
     )
     .await
+}
+
+/// A plain GET (the metrics endpoint).
+async fn plain_get(addr: &str, path: &str) -> Reply {
+    let mut c = Conn::tcp(addr).await.unwrap();
+    c.exchange("GET", path, "", &[], b"", None).await.unwrap()
 }
 
 // ------------------------------------------------------------------------------------------
@@ -358,9 +633,11 @@ fn dump_log_segment(file: &Path) -> String {
 // ------------------------------------------------------------------------------------------
 // Direct API tests (no broker in the loop; a real segment from the broker's data dir).
 
-/// The files of a rolled segment (base offset 0) of a plain topic, copied aside.
+/// The files of a rolled segment (base offset 0) of a plain topic, copied aside into a log dir
+/// of the test's own (`<logs>/tier-api-0/`), where strata tier may read them.
 struct SourceSegment {
     dir: PathBuf,
+    logs: PathBuf,
     log: PathBuf,
     index: PathBuf,
     timeindex: PathBuf,
@@ -379,7 +656,8 @@ async fn source_segment(tmp: &Path) -> SourceSegment {
     })
     .await;
     let part = kafka_log_dir().join(format!("{topic}-0"));
-    let dir = tmp.join("source");
+    let logs = tmp.join("logs");
+    let dir = logs.join("tier-api-0");
     std::fs::create_dir_all(&dir).unwrap();
     let base = "00000000000000000000";
     let copy = |ext: &str| {
@@ -392,7 +670,7 @@ async fn source_segment(tmp: &Path) -> SourceSegment {
     let timeindex = copy("timeindex");
     // The producer snapshot taken when the segment rolled, or stand-in bytes.
     let next = local_segments(&topic, 0)[1];
-    let snapshot = dir.join("snapshot");
+    let snapshot = dir.join(format!("{next:020}.snapshot"));
     match std::fs::copy(part.join(format!("{next:020}.snapshot")), &snapshot) {
         Ok(_) => {}
         Err(_) => std::fs::write(&snapshot, noise(7, 300)).unwrap(),
@@ -404,6 +682,7 @@ async fn source_segment(tmp: &Path) -> SourceSegment {
     assert!(std::fs::metadata(&log).unwrap().len() > 900_000);
     SourceSegment {
         dir,
+        logs,
         log,
         index,
         timeindex,
@@ -423,13 +702,24 @@ fn segment_json(src: &SourceSegment, segment_id: &str) -> serde_json::Value {
     })
 }
 
+/// A copy request for `src`'s files under the names the segment's start offset gives them
+/// (hard links beside the originals: strata tier copies only files named after the segment).
 fn copy_json(src: &SourceSegment, seg: &serde_json::Value, with_txn: bool) -> serde_json::Value {
     use base64::Engine;
+    let start = seg["start_offset"].as_i64().unwrap();
+    let named = |file: &Path| {
+        let ext = file.extension().unwrap().to_str().unwrap();
+        let to = src.dir.join(format!("{start:020}.{ext}"));
+        if !to.exists() {
+            std::fs::hard_link(file, &to).unwrap();
+        }
+        to
+    };
     serde_json::json!({
         "segment": seg,
         "files": {
-            "log": src.log, "offset_index": src.index, "time_index": src.timeindex,
-            "transaction_index": if with_txn { Some(&src.txnindex) } else { None },
+            "log": named(&src.log), "offset_index": named(&src.index), "time_index": named(&src.timeindex),
+            "transaction_index": if with_txn { Some(named(&src.txnindex)) } else { None },
             "producer_snapshot": src.snapshot,
         },
         "leader_epoch_index": base64::engine::general_purpose::STANDARD.encode(&src.epochs),
@@ -437,7 +727,7 @@ fn copy_json(src: &SourceSegment, seg: &serde_json::Value, with_txn: bool) -> se
 }
 
 async fn metric(addr: &str, name: &str) -> f64 {
-    let r = try_http(addr, "GET", "/metrics", b"").await.unwrap();
+    let r = plain_get(addr, "/metrics").await;
     r.text()
         .lines()
         .filter(|l| l.starts_with(name))
@@ -449,6 +739,7 @@ async fn api_scenario(compression: &str, chunk: u64) {
     init_logs();
     let tmp = tempfile::tempdir().unwrap();
     let src = source_segment(tmp.path()).await;
+    let secret = new_secret(tmp.path());
     let original = std::fs::read(&src.log).unwrap();
     let size = original.len() as i64;
     let chunk_i = chunk as i64;
@@ -461,17 +752,19 @@ async fn api_scenario(compression: &str, chunk: u64) {
         "tier.toml",
         &prefix,
         &format!(
-            "[tier]\nlisten = \"{addr}\"\nprefix = \"tiered\"\nchunk_size = \"{chunk}\"\ncompression = \"{compression}\"\ncache_dir = \"{}\"\ncache_size = \"64MiB\"\n[telemetry]\nmetrics_listen = \"{metrics_addr}\"\n",
-            tmp.path().join("cache").display()
+            "[tier]\nlisten = \"{addr}\"\nprefix = \"tiered\"\nchunk_size = \"{chunk}\"\ncompression = \"{compression}\"\ncache_dir = \"{}\"\ncache_size = \"64MiB\"\n{}[telemetry]\nmetrics_listen = \"{metrics_addr}\"\n",
+            tmp.path().join("cache").display(),
+            access_toml(&secret, &src.logs, None),
         ),
     );
-    let mut tier = TierProcess::start(&config, &addr, &tmp.path().join("tier.log")).await;
+    let ep = Endpoint::new(&addr, &secret);
+    let mut tier = TierProcess::start(&config, &ep, &tmp.path().join("tier.log")).await;
     let store = s3_store(&prefix).await;
 
     // Copy: 200 with no custom metadata; three objects; the manifest describes the chunks.
     let id_a = random_kafka_id();
     let seg_a = segment_json(&src, &id_a);
-    let r = post(&addr, "/v1/copy", &copy_json(&src, &seg_a, false)).await;
+    let r = post(&ep, "/v1/copy", &copy_json(&src, &seg_a, false)).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let answer: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
     assert_eq!(answer, serde_json::json!({"custom_metadata": null}));
@@ -525,7 +818,7 @@ async fn api_scenario(compression: &str, chunk: u64) {
         (size, None),
     ];
     for (start, end) in cases {
-        let r = fetch(&addr, &seg_a, start, end).await;
+        let r = fetch(&ep, &seg_a, start, end).await;
         assert_eq!(r.status, 200, "fetch {start}..={end:?}: {}", r.text());
         let stop = end.map_or(size, |e| (e + 1).min(size));
         let want = &original[start as usize..stop as usize];
@@ -544,13 +837,13 @@ async fn api_scenario(compression: &str, chunk: u64) {
         (-1, None, "start_position"),
         (10, Some(9), "end_position"),
     ] {
-        let r = fetch(&addr, &seg_a, start, end).await;
+        let r = fetch(&ep, &seg_a, start, end).await;
         assert_eq!(r.status, 400, "fetch {start}..={end:?}");
         assert!(r.text().contains(field), "{}", r.text());
     }
 
     // Kafka's own reader agrees with what was served.
-    let full = fetch(&addr, &seg_a, 0, None).await.body;
+    let full = fetch(&ep, &seg_a, 0, None).await.body;
     let served_dir = tmp.path().join("served");
     std::fs::create_dir_all(&served_dir).unwrap();
     let served = served_dir.join("00000000000000000000.log");
@@ -563,31 +856,31 @@ async fn api_scenario(compression: &str, chunk: u64) {
         ("TIMESTAMP", &src.timeindex),
         ("PRODUCER_SNAPSHOT", &src.snapshot),
     ] {
-        let r = fetch_index(&addr, &seg_a, index).await;
+        let r = fetch_index(&ep, &seg_a, index).await;
         assert_eq!(r.status, 200, "{index}: {}", r.text());
         assert!(
             r.body == std::fs::read(file).unwrap(),
             "{index} bytes differ"
         );
     }
-    let r = fetch_index(&addr, &seg_a, "LEADER_EPOCH").await;
+    let r = fetch_index(&ep, &seg_a, "LEADER_EPOCH").await;
     assert_eq!((r.status, r.body.clone()), (200, src.epochs.clone()));
-    let r = fetch_index(&addr, &seg_a, "TRANSACTION").await;
+    let r = fetch_index(&ep, &seg_a, "TRANSACTION").await;
     assert_eq!(r.status, 404, "{}", r.text());
     assert!(r.text().contains("TRANSACTION"), "{}", r.text());
 
     // A segment with a transaction index.
     let seg_b = segment_json(&src, &random_kafka_id());
-    let r = post(&addr, "/v1/copy", &copy_json(&src, &seg_b, true)).await;
+    let r = post(&ep, "/v1/copy", &copy_json(&src, &seg_b, true)).await;
     assert_eq!(r.status, 200, "{}", r.text());
-    let r = fetch_index(&addr, &seg_b, "TRANSACTION").await;
+    let r = fetch_index(&ep, &seg_b, "TRANSACTION").await;
     assert_eq!(r.status, 200, "{}", r.text());
     assert!(r.body == std::fs::read(&src.txnindex).unwrap());
 
     // Copy again with the same id: overwrites, same bytes served.
-    let r = post(&addr, "/v1/copy", &copy_json(&src, &seg_a, false)).await;
+    let r = post(&ep, "/v1/copy", &copy_json(&src, &seg_a, false)).await;
     assert_eq!(r.status, 200, "{}", r.text());
-    assert!(fetch(&addr, &seg_a, 0, None).await.body == original);
+    assert!(fetch(&ep, &seg_a, 0, None).await.body == original);
 
     // A sequential reader near the end of a segment has the next segment's first chunks
     // fetched ahead: reading them afterwards costs no GET.
@@ -598,19 +891,19 @@ async fn api_scenario(compression: &str, chunk: u64) {
     seg_next["start_offset"] = serde_json::json!(3000);
     seg_next["end_offset"] = serde_json::json!(3999);
     for seg in [&seg_p, &seg_next] {
-        let r = post(&addr, "/v1/copy", &copy_json(&src, seg, false)).await;
+        let r = post(&ep, "/v1/copy", &copy_json(&src, seg, false)).await;
         assert_eq!(r.status, 200, "{}", r.text());
     }
     let prefetched = metric(&metrics_addr, "strata_tier_prefetches_total").await;
     let last_chunk_start = (size - 1) / chunk_i * chunk_i;
-    let r = fetch(&addr, &seg_p, last_chunk_start, None).await;
+    let r = fetch(&ep, &seg_p, last_chunk_start, None).await;
     assert!(r.body == original[last_chunk_start as usize..]);
     eventually(30, "the next segment's first chunks prefetched", || async {
         metric(&metrics_addr, "strata_tier_prefetches_total").await >= prefetched + 3.0
     })
     .await;
     let misses = metric(&metrics_addr, "strata_tier_cache_misses_total").await;
-    let r = fetch(&addr, &seg_next, 0, Some(chunk_i * 3 - 1)).await;
+    let r = fetch(&ep, &seg_next, 0, Some(chunk_i * 3 - 1)).await;
     assert!(r.body == original[..(chunk_i * 3) as usize]);
     assert_eq!(
         metric(&metrics_addr, "strata_tier_cache_misses_total").await,
@@ -620,30 +913,42 @@ async fn api_scenario(compression: &str, chunk: u64) {
 
     // Requests that cannot be served.
     let unknown = segment_json(&src, &random_kafka_id());
-    let r = fetch(&addr, &unknown, 0, None).await;
+    let r = fetch(&ep, &unknown, 0, None).await;
     assert_eq!(r.status, 404, "{}", r.text());
     assert!(r.text().contains("not in remote storage"), "{}", r.text());
-    let r = fetch_index(&addr, &unknown, "OFFSET").await;
+    let r = fetch_index(&ep, &unknown, "OFFSET").await;
     assert_eq!(r.status, 404, "{}", r.text());
     let mut bad = seg_a.clone();
     bad["topic_id"] = serde_json::json!("not-an-id");
-    let r = fetch(&addr, &bad, 0, None).await;
+    let r = fetch(&ep, &bad, 0, None).await;
     assert_eq!(r.status, 400);
     assert!(r.text().contains("segment.topic_id"), "{}", r.text());
-    let r = try_http(&addr, "POST", "/v1/fetch", b"{\"segment\": 1")
+    let r = Conn::open(&ep)
         .await
-        .unwrap();
+        .unwrap()
+        .call("POST", "/v1/fetch", b"{\"segment\": 1")
+        .await;
     assert_eq!(r.status, 400, "{}", r.text());
-    let mut missing = copy_json(&src, &segment_json(&src, &random_kafka_id()), false);
-    missing["files"]["log"] = serde_json::json!(tmp.path().join("gone.log"));
-    let r = post(&addr, "/v1/copy", &missing).await;
+    // A file of the segment's own name that is not there: named in the error.
+    let mut gone_seg = segment_json(&src, &random_kafka_id());
+    gone_seg["start_offset"] = serde_json::json!(5000);
+    gone_seg["end_offset"] = serde_json::json!(5999);
+    let mut missing = copy_json(&src, &gone_seg, false);
+    let gone = src.dir.join("00000000000000005000.log");
+    std::fs::remove_file(&gone).unwrap();
+    missing["files"]["log"] = serde_json::json!(gone);
+    let r = post(&ep, "/v1/copy", &missing).await;
     assert_eq!(r.status, 500, "{}", r.text());
-    assert!(r.text().contains("gone.log"), "{}", r.text());
+    assert!(
+        r.text().contains(&gone.display().to_string()),
+        "{}",
+        r.text()
+    );
 
     // A stored chunk damaged after upload: a clear error, never wrong bytes.
     let seg_c = segment_json(&src, &random_kafka_id());
     let id_c = seg_c["segment_id"].as_str().unwrap().to_string();
-    let r = post(&addr, "/v1/copy", &copy_json(&src, &seg_c, false)).await;
+    let r = post(&ep, "/v1/copy", &copy_json(&src, &seg_c, false)).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let base_c = format!("tiered/tier-api-AAECAwQFBgcICQoLDA0ODw/0/00000000000000000000-{id_c}");
     let m_c =
@@ -659,7 +964,7 @@ async fn api_scenario(compression: &str, chunk: u64) {
         .put(&format!("{base_c}.log"), bytes::Bytes::from(stored))
         .await
         .unwrap();
-    let r = fetch(&addr, &seg_c, 5 * chunk_i + 3, Some(5 * chunk_i + 100)).await;
+    let r = fetch(&ep, &seg_c, 5 * chunk_i + 3, Some(5 * chunk_i + 100)).await;
     assert_eq!(r.status, 500, "{}", r.text());
     let msg = r.text();
     assert!(
@@ -668,7 +973,7 @@ async fn api_scenario(compression: &str, chunk: u64) {
             && msg.contains("corrupt"),
         "{msg}"
     );
-    let r = fetch(&addr, &seg_c, 0, None).await;
+    let r = fetch(&ep, &seg_c, 0, None).await;
     assert_eq!(r.status, 200, "the first chunks are intact");
     assert_eq!(r.content_length(), Some(size as usize));
     assert!(
@@ -683,7 +988,7 @@ async fn api_scenario(compression: &str, chunk: u64) {
 
     // Delete: all three objects go; again (and for an unknown segment) still 2xx.
     for seg in [&seg_a, &seg_a, &unknown] {
-        let r = post(&addr, "/v1/delete", &serde_json::json!({"segment": seg})).await;
+        let r = post(&ep, "/v1/delete", &serde_json::json!({"segment": seg})).await;
         assert!(
             (200..300).contains(&r.status),
             "delete: {} {}",
@@ -692,9 +997,9 @@ async fn api_scenario(compression: &str, chunk: u64) {
         );
     }
     assert!(store.list(&format!("{base}.")).await.unwrap().is_empty());
-    assert_eq!(fetch(&addr, &seg_a, 0, None).await.status, 404);
+    assert_eq!(fetch(&ep, &seg_a, 0, None).await.status, 404);
     assert_eq!(
-        fetch(&addr, &seg_b, 0, Some(10)).await.status,
+        fetch(&ep, &seg_b, 0, Some(10)).await.status,
         200,
         "other segments stay"
     );
@@ -716,7 +1021,7 @@ async fn api_scenario(compression: &str, chunk: u64) {
 
     // Leave nothing behind in the bucket.
     for seg in [&seg_b, &seg_c, &seg_p, &seg_next] {
-        let r = post(&addr, "/v1/delete", &serde_json::json!({"segment": seg})).await;
+        let r = post(&ep, "/v1/delete", &serde_json::json!({"segment": seg})).await;
         assert_eq!(r.status, 204, "{}", r.text());
     }
     assert_eq!(store.list("tiered/").await.unwrap(), vec![]);
@@ -751,45 +1056,20 @@ fn memory_of(pid: u32) -> (u64, u64) {
 }
 
 /// Streams a fetch response: status, Content-Length, and the CRC-32C and size of the body.
-async fn fetch_digest(addr: &str, seg: &serde_json::Value) -> (u16, u64, u32, u64) {
+async fn fetch_digest(ep: &Endpoint, seg: &serde_json::Value) -> (u16, u64, u32, u64) {
     let body =
         serde_json::json!({"segment": seg, "start_position": 0, "end_position": null}).to_string();
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let head = format!(
-        "POST /v1/fetch HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    s.write_all(head.as_bytes()).await.unwrap();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut pending = Vec::new();
-    let (mut status, mut length, mut crc, mut size, mut in_body) = (0u16, 0u64, 0u32, 0u64, false);
-    loop {
-        let n = tokio::time::timeout(Duration::from_secs(60), s.read(&mut buf))
-            .await
-            .expect("fetch stalled")
-            .unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        if in_body {
-            crc = crc32c::crc32c_append(crc, &buf[..n]);
-            size += n as u64;
-            continue;
-        }
-        pending.extend_from_slice(&buf[..n]);
-        if let Some(split) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&pending[..split]).to_ascii_lowercase();
-            status = head.split(' ').nth(1).unwrap().parse().unwrap();
-            length = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .map_or(0, |v| v.trim().parse().unwrap());
-            crc = crc32c::crc32c(&pending[split + 4..]);
-            size = (pending.len() - split - 4) as u64;
-            in_body = true;
-        }
-    }
-    (status, length, crc, size)
+    let (mut crc, mut size) = (0u32, 0u64);
+    let mut sink = |b: &[u8]| {
+        crc = crc32c::crc32c_append(crc, b);
+        size += b.len() as u64;
+    };
+    let r = Conn::open(ep)
+        .await
+        .unwrap()
+        .call_streaming("POST", "/v1/fetch", body.as_bytes(), Some(&mut sink))
+        .await;
+    (r.status, r.content_length().unwrap_or(0) as u64, crc, size)
 }
 
 /// A segment far larger than a chunk is copied and served with memory bounded by a few
@@ -802,17 +1082,22 @@ async fn api_big_segment_memory_stays_within_a_few_chunks() {
     let tmp = tempfile::tempdir().unwrap();
     let prefix = unique("tier-big");
     let addr = free_addr();
+    let secret = new_secret(tmp.path());
+    let logs = tmp.path().join("logs");
+    let part = logs.join("tier-big-0");
+    std::fs::create_dir_all(&part).unwrap();
     let config = write_config(
         tmp.path(),
         "tier.toml",
         &prefix,
-        &format!("[tier]\nlisten = \"{addr}\"\nprefix = \"tiered\"\nchunk_size = \"4MiB\"\ncache_size = \"16MiB\"\nprefetch_chunks = 2\n"),
+        &format!("[tier]\nlisten = \"{addr}\"\nprefix = \"tiered\"\nchunk_size = \"4MiB\"\ncache_size = \"16MiB\"\nprefetch_chunks = 2\n{}", access_toml(&secret, &logs, None)),
     );
-    let mut tier = TierProcess::start(&config, &addr, &tmp.path().join("tier.log")).await;
+    let ep = Endpoint::new(&addr, &secret);
+    let mut tier = TierProcess::start(&config, &ep, &tmp.path().join("tier.log")).await;
     let pid = tier.child.as_ref().unwrap().id();
 
     // The file: 1 MiB of noise, repeated, with the block number stamped in.
-    let log = tmp.path().join("00000000000000000000.log");
+    let log = part.join("00000000000000000000.log");
     {
         use std::io::Write;
         let block = noise(42, 1 << 20);
@@ -838,7 +1123,7 @@ async fn api_big_segment_memory_stays_within_a_few_chunks() {
         crc
     };
     let empty = |name: &str| {
-        let p = tmp.path().join(name);
+        let p = part.join(name);
         std::fs::write(&p, b"").unwrap();
         p
     };
@@ -850,13 +1135,14 @@ async fn api_big_segment_memory_stays_within_a_few_chunks() {
     });
     let copy = serde_json::json!({
         "segment": seg,
-        "files": {"log": log, "offset_index": empty("i"), "time_index": empty("t"),
-                  "transaction_index": null, "producer_snapshot": empty("s")},
+        "files": {"log": log, "offset_index": empty("00000000000000000000.index"),
+                  "time_index": empty("00000000000000000000.timeindex"),
+                  "transaction_index": null, "producer_snapshot": empty("00000000000000000002.snapshot")},
         "leader_epoch_index": "",
     });
 
     let (_, before) = memory_of(pid);
-    let r = post(&addr, "/v1/copy", &copy).await;
+    let r = post(&ep, "/v1/copy", &copy).await;
     assert_eq!(r.status, 200, "{}", r.text());
     let (peak, _) = memory_of(pid);
     let grew = peak.saturating_sub(before);
@@ -873,7 +1159,7 @@ async fn api_big_segment_memory_stays_within_a_few_chunks() {
         grew >> 20
     );
 
-    let (status, length, crc, size) = fetch_digest(&addr, &seg).await;
+    let (status, length, crc, size) = fetch_digest(&ep, &seg).await;
     assert_eq!((status, length, size), (200, SIZE, SIZE));
     assert_eq!(crc, want_crc, "served bytes differ");
     let (peak2, _) = memory_of(pid);
@@ -884,13 +1170,88 @@ async fn api_big_segment_memory_stays_within_a_few_chunks() {
         SIZE >> 20,
         peak2.saturating_sub(before) >> 20
     );
-    let r = post(&addr, "/v1/delete", &serde_json::json!({"segment": seg})).await;
+    let r = post(&ep, "/v1/delete", &serde_json::json!({"segment": seg})).await;
     assert_eq!(r.status, 204);
     tier.kill();
 }
 
 // ------------------------------------------------------------------------------------------
 // Through the broker.
+
+/// A process holding strata tier's port that answers every request with a copy
+/// acknowledgement, as an attacker would while strata tier restarts; it records the paths.
+struct Impostor {
+    seen: Arc<std::sync::Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Impostor {
+    async fn start(addr: &str) -> Self {
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut s, _)) = listener.accept().await else {
+                    return;
+                };
+                let log = log.clone();
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    let mut chunk = vec![0u8; 1 << 16];
+                    loop {
+                        let Some(split) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                            match s.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                            continue;
+                        };
+                        let head = String::from_utf8_lossy(&buf[..split]).to_string();
+                        let path = head.split(' ').nth(1).unwrap_or("").to_string();
+                        let len: usize = head
+                            .lines()
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse().unwrap_or(0))
+                            })
+                            .unwrap_or(0);
+                        while buf.len() < split + 4 + len {
+                            match s.read(&mut chunk).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                            }
+                        }
+                        buf.drain(..split + 4 + len);
+                        log.lock().unwrap().push(path);
+                        let body = br#"{"custom_metadata":null}"#;
+                        let answer = format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                            body.len()
+                        );
+                        if s.write_all(answer.as_bytes()).await.is_err()
+                            || s.write_all(body).await.is_err()
+                        {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Self { seen, task }
+    }
+
+    /// Stops listening; the paths it was asked for.
+    async fn stop(self) -> Vec<String> {
+        self.task.abort();
+        let _ = self.task.await;
+        // Give the port back before strata tier binds it again.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let seen = self.seen.lock().unwrap().clone();
+        seen
+    }
+}
 
 /// Copies every rolled `.log` of the partitions aside as soon as it appears, so the bytes
 /// served later can be compared with the broker's own files after it deleted them.
@@ -936,13 +1297,15 @@ async fn broker_end_to_end() {
             &format!("{cache}.toml"),
             &prefix,
             &format!(
-                "[tier]\nlisten = \"{addr}\"\nprefix = \"tiered\"\nchunk_size = \"256KiB\"\ncompression = \"zstd\"\ncache_dir = \"{}\"\ncache_size = \"16MiB\"\nprefetch_chunks = 2\n",
-                tmp.path().join(cache).display()
+                "[tier]\nlisten = \"{addr}\"\nprefix = \"tiered\"\nchunk_size = \"256KiB\"\ncompression = \"zstd\"\ncache_dir = \"{}\"\ncache_size = \"16MiB\"\nprefetch_chunks = 2\n{}",
+                tmp.path().join(cache).display(),
+                access_toml(&dev_secret(), &kafka_log_dir(), Some(&dev_socket_dir())),
             ),
         )
     };
+    let ep = Endpoint::new(&addr, &dev_secret());
     let log = tmp.path().join("tier.log");
-    let mut tier = TierProcess::start(&config("cache-1"), &addr, &log).await;
+    let mut tier = TierProcess::start(&config("cache-1"), &ep, &log).await;
 
     let topic = unique("tier-e2e");
     let partitions = 2;
@@ -1008,8 +1371,36 @@ async fn broker_end_to_end() {
     // Let the broker's copy attempts fail for a while (its task runs every second).
     tokio::time::sleep(Duration::from_secs(3)).await;
 
+    // An impostor takes the port while strata tier is down and acknowledges everything: the
+    // bridge must refuse it (it cannot prove the secret), so no copy is acknowledged and the
+    // broker keeps every local segment that was not really tiered.
+    let before: Vec<Vec<i64>> = (0..partitions).map(|p| local_segments(&topic, p)).collect();
+    let impostor = Impostor::start(&addr).await;
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let seen = impostor.stop().await;
+    assert!(
+        seen.iter().any(|p| p == "/v1/hello"),
+        "the bridge never called the impostor (the test proves nothing): {seen:?}"
+    );
+    assert!(
+        seen.iter().all(|p| p == "/v1/hello"),
+        "the bridge went past the hello with an impostor: {seen:?}"
+    );
+    let tiered = manifests(store.as_ref(), &topic).await;
+    for p in 0..partitions {
+        let now = local_segments(&topic, p);
+        for gone in before[p as usize].iter().filter(|b| !now.contains(b)) {
+            assert!(
+                tiered
+                    .iter()
+                    .any(|(_, m)| m.segment.partition == p && m.segment.start_offset == *gone),
+                "{topic}-{p}: the broker deleted local segment {gone}, which is not in the bucket"
+            );
+        }
+    }
+
     // Back with a cold cache: the broker retries and catches up.
-    let mut tier = TierProcess::start(&config("cache-2"), &addr, &log).await;
+    let mut tier = TierProcess::start(&config("cache-2"), &ep, &log).await;
     eventually(
         240,
         "early local segments deleted and copies caught up",
@@ -1055,7 +1446,7 @@ async fn broker_end_to_end() {
             continue; // not tiered (yet)
         };
         let seg = serde_json::to_value(&m.segment).unwrap();
-        let r = fetch(&addr, &seg, 0, None).await;
+        let r = fetch(&ep, &seg, 0, None).await;
         assert_eq!(r.status, 200, "{}", r.text());
         assert!(
             r.body == std::fs::read(&path).unwrap(),
@@ -1067,7 +1458,7 @@ async fn broker_end_to_end() {
 
     // Restart with an empty cache: still every record.
     tier.kill();
-    let mut tier = TierProcess::start(&config("cache-3"), &addr, &log).await;
+    let mut tier = TierProcess::start(&config("cache-3"), &ep, &log).await;
     let consumed = consume_all(&topic);
     assert_same_records(&topic, partitions, &records, &consumed);
 
@@ -1087,5 +1478,607 @@ async fn broker_end_to_end() {
     .await;
     let text = tier.log_text();
     assert!(text.contains("segment deleted"), "{text}");
+    tier.kill();
+}
+
+// ------------------------------------------------------------------------------------------
+// The lockdown: only the broker's own files, only an authenticated caller, bounded requests.
+
+const UPLOAD: &str = "application/vnd.strata.segment-upload";
+
+/// A `/v1/copy-upload` body: length-prefixed JSON header, the files, the tag.
+fn upload_body(key: &SessionKey, seq: u64, header: &[u8], files: &[&[u8]]) -> Vec<u8> {
+    let mut body = (header.len() as u32).to_be_bytes().to_vec();
+    body.extend_from_slice(header);
+    let mut tag = key.upload_tag(seq);
+    for f in files {
+        tag.update(f);
+        body.extend_from_slice(f);
+    }
+    body.extend_from_slice(&tag.finish());
+    body
+}
+
+/// The header of an upload of `src`'s files (no transaction index).
+fn upload_header(src: &SourceSegment, seg: &serde_json::Value) -> (Vec<u8>, Vec<Vec<u8>>) {
+    use base64::Engine;
+    let files: Vec<Vec<u8>> = [&src.index, &src.timeindex, &src.snapshot, &src.log]
+        .iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect();
+    let header = serde_json::json!({
+        "segment": seg,
+        "sizes": {"offset_index": files[0].len(), "time_index": files[1].len(),
+                  "transaction_index": null, "producer_snapshot": files[2].len(), "log": files[3].len()},
+        "leader_epoch_index": base64::engine::general_purpose::STANDARD.encode(&src.epochs),
+    });
+    (header.to_string().into_bytes(), files)
+}
+
+impl Conn {
+    /// Sends an upload; `tamper` flips one file byte after the tag was computed.
+    async fn upload(&mut self, header: &[u8], files: &[Vec<u8>], tamper: bool) -> Reply {
+        let (seq, auth_header) = self.sign("POST", "/v1/copy-upload", header);
+        let refs: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+        let mut body = upload_body(self.key.as_ref().unwrap(), seq, header, &refs);
+        if tamper {
+            let at = body.len() - 40;
+            body[at] ^= 1;
+        }
+        let r = self
+            .exchange(
+                "POST",
+                "/v1/copy-upload",
+                UPLOAD,
+                &[("strata-auth", auth_header)],
+                &body,
+                None,
+            )
+            .await
+            .unwrap();
+        self.check_signature(&r, seq, "/v1/copy-upload", false);
+        r
+    }
+}
+
+/// Incomplete multipart uploads under the bucket prefix (S3's own listing, not strata's).
+async fn incomplete_uploads(prefix: &str) -> Vec<String> {
+    let store = s3_store(prefix).await;
+    store
+        .incomplete("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|w| w.key)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn api_lockdown() {
+    init_logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source_segment(tmp.path()).await;
+    let secret_path = new_secret(tmp.path());
+    let secret_text = std::fs::read_to_string(&secret_path)
+        .unwrap()
+        .trim()
+        .to_string();
+    let prefix = unique("tier-lock");
+    let (addr, metrics_addr) = (free_addr(), free_addr());
+    let run = tmp.path().join("run");
+    let config = write_config(
+        tmp.path(),
+        "tier.toml",
+        &prefix,
+        &format!(
+            "[tier]\nlisten = \"{addr}\"\nprefix = \"tiered\"\nchunk_size = \"1MiB\"\nmax_requests = 1\n{}[telemetry]\nmetrics_listen = \"{metrics_addr}\"\n",
+            access_toml(&secret_path, &src.logs, Some(&run))
+        ),
+    );
+    let ep = Endpoint::new(&addr, &secret_path);
+    let mut tier = TierProcess::start(&config, &ep, &tmp.path().join("tier.log")).await;
+    let store = s3_store(&prefix).await;
+    let seg = segment_json(&src, &random_kafka_id());
+    let copy = copy_json(&src, &seg, false).to_string();
+
+    // --- Callers that do not authenticate.
+    let refused = |r: &Reply, status: u16, what: &str| {
+        assert_eq!(r.status, status, "{what}: {}", r.text());
+        assert_eq!(
+            r.headers.get("connection").map(String::as_str),
+            Some("close"),
+            "{what}: the connection is closed"
+        );
+        assert!(!r.headers.contains_key("strata-auth"), "{what}: unsigned");
+    };
+    let mut c = Conn::tcp(&addr).await.unwrap();
+    let r = c
+        .exchange("POST", "/v1/copy", JSON, &[], copy.as_bytes(), None)
+        .await
+        .unwrap();
+    refused(&r, 401, "a copy without a hello");
+    assert!(r.text().contains("strata-auth"), "{}", r.text());
+    let mut c = Conn::tcp(&addr).await.unwrap();
+    let r = c
+        .exchange("GET", "/v1/health", "", &[], b"", None)
+        .await
+        .unwrap();
+    refused(&r, 401, "an unauthenticated health check");
+    // What a web page in a local browser can send without a preflight.
+    let mut c = Conn::open(&ep).await.unwrap();
+    let (_, auth_header) = c.sign("POST", "/v1/copy", copy.as_bytes());
+    let r = c
+        .exchange(
+            "POST",
+            "/v1/copy",
+            "text/plain",
+            &[("strata-auth", auth_header)],
+            copy.as_bytes(),
+            None,
+        )
+        .await
+        .unwrap();
+    refused(&r, 415, "a text/plain copy");
+    // Another secret: strata's proof does not check, and its requests are refused.
+    let other = SharedSecret::from_text(&[b'x'; 40]).unwrap();
+    let mut c = Conn::tcp(&addr).await.unwrap();
+    let (_, proof_ok) = c.hello_unchecked(&other).await.unwrap();
+    assert!(
+        !proof_ok,
+        "strata's proof must not check against another secret"
+    );
+    let (_, auth_header) = c.sign("POST", "/v1/copy", copy.as_bytes());
+    let r = c
+        .exchange(
+            "POST",
+            "/v1/copy",
+            JSON,
+            &[("strata-auth", auth_header)],
+            copy.as_bytes(),
+            None,
+        )
+        .await
+        .unwrap();
+    refused(&r, 401, "a request signed with another secret");
+    assert!(r.text().contains("tier.secret_file"), "{}", r.text());
+    // A replayed request (same number) and a second hello on one connection.
+    let mut c = Conn::open(&ep).await.unwrap();
+    let health = |seq: u64, key: &SessionKey| {
+        format!(
+            "{seq} {}",
+            key.request_mac(seq, "GET", "/v1/health", &auth::sha256_hex(b""))
+        )
+    };
+    let h1 = health(1, c.key.as_ref().unwrap());
+    let r = c
+        .exchange(
+            "GET",
+            "/v1/health",
+            "",
+            &[("strata-auth", h1.clone())],
+            b"",
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = c
+        .exchange("GET", "/v1/health", "", &[("strata-auth", h1)], b"", None)
+        .await
+        .unwrap();
+    refused(&r, 401, "a replayed request");
+    let mut c = Conn::open(&ep).await.unwrap();
+    let e = c
+        .hello(&ep.secret)
+        .await
+        .err()
+        .expect("a second hello is refused");
+    assert!(e.to_string().contains("401"), "{e}");
+    // Bodies: too large, and one that never finishes.
+    let mut c = Conn::open(&ep).await.unwrap();
+    let big = vec![b' '; 2 << 20];
+    let (_, auth_header) = c.sign("POST", "/v1/fetch", &big);
+    let r = c
+        .exchange(
+            "POST",
+            "/v1/fetch",
+            JSON,
+            &[("strata-auth", auth_header)],
+            &big,
+            None,
+        )
+        .await
+        .unwrap();
+    refused(&r, 413, "a 2 MiB JSON body");
+    let mut c = Conn::open(&ep).await.unwrap();
+    let started = Instant::now();
+    c.io
+        .write_all(b"POST /v1/fetch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\nstrata-auth: 1 00\r\n\r\n{\"segm")
+        .await
+        .unwrap();
+    let r = c.read_reply("POST", "/v1/fetch", None).await.unwrap();
+    refused(&r, 408, "a body that stops arriving");
+    assert!(
+        started.elapsed() >= Duration::from_secs(9),
+        "timed out after the body's idle limit"
+    );
+
+    // --- Copies of files strata tier does not own.
+    let copy_with = |field: &str, path: &Path, seg: &serde_json::Value| {
+        let mut c = copy_json(&src, seg, false);
+        c["files"][field] = serde_json::json!(path);
+        c
+    };
+    for (field, path, want) in [
+        ("log", PathBuf::from("/proc/self/environ"), "files.log"),
+        (
+            "offset_index",
+            PathBuf::from("/dev/zero"),
+            "files.offset_index",
+        ),
+        ("log", tmp.path().join("tier.secret"), "files.log"),
+        (
+            "log",
+            src.logs
+                .join("tier-api-0")
+                .join("..")
+                .join("tier-api-0")
+                .join("00000000000000000000.log"),
+            "files.log",
+        ),
+    ] {
+        let r = post(&ep, "/v1/copy", &copy_with(field, &path, &seg)).await;
+        assert_eq!(r.status, 400, "{}: {}", path.display(), r.text());
+        assert!(r.text().contains(want), "{}", r.text());
+    }
+    // A link to the secret planted under a segment's own name, in a partition directory.
+    let part1 = src.logs.join("tier-api-1");
+    std::fs::create_dir_all(&part1).unwrap();
+    let link = part1.join("00000000000000000000.log");
+    std::os::unix::fs::symlink(&secret_path, &link).unwrap();
+    let mut seg1 = seg.clone();
+    seg1["partition"] = serde_json::json!(1);
+    let r = post(&ep, "/v1/copy", &copy_with("log", &link, &seg1)).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("symbolic link"), "{}", r.text());
+    // Another partition's file, and more bytes than the broker declared.
+    let r = post(&ep, "/v1/copy", &copy_with("log", &src.log, &seg1)).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("tier-api-1"), "{}", r.text());
+    let mut small = seg.clone();
+    small["segment_size_bytes"] = serde_json::json!(1000);
+    let r = post(&ep, "/v1/copy", &copy_json(&src, &small, false)).await;
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("segment_size_bytes 1000"), "{}", r.text());
+    assert_eq!(
+        fetch(&ep, &seg, 0, None).await.status,
+        404,
+        "nothing was stored"
+    );
+    assert!(store.list("tiered/").await.unwrap().is_empty());
+
+    // --- Copy by upload gives the same segment as copy by path.
+    let r = post(&ep, "/v1/copy", &copy_json(&src, &seg, false)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let up_seg = segment_json(&src, &random_kafka_id());
+    let (header, files) = upload_header(&src, &up_seg);
+    let r = Conn::open(&ep)
+        .await
+        .unwrap()
+        .upload(&header, &files, true)
+        .await;
+    assert_eq!(r.status, 400, "a tampered upload: {}", r.text());
+    assert!(r.text().contains("tag"), "{}", r.text());
+    assert_eq!(
+        fetch(&ep, &up_seg, 0, None).await.status,
+        404,
+        "a tampered upload stores nothing"
+    );
+    let r = Conn::open(&ep)
+        .await
+        .unwrap()
+        .upload(&header, &files, false)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(
+        fetch(&ep, &up_seg, 0, None).await.body,
+        fetch(&ep, &seg, 0, None).await.body
+    );
+    for index in ["OFFSET", "TIMESTAMP", "PRODUCER_SNAPSHOT", "LEADER_EPOCH"] {
+        let (a, b) = (
+            fetch_index(&ep, &up_seg, index).await,
+            fetch_index(&ep, &seg, index).await,
+        );
+        assert_eq!((a.status, &a.body), (200, &b.body), "{index}");
+    }
+
+    // --- An upload cut off mid-way aborts its multipart upload.
+    const BIG: usize = 32 << 20;
+    let big_seg = {
+        let mut s = segment_json(&src, &random_kafka_id());
+        s["start_offset"] = serde_json::json!(20000);
+        s["end_offset"] = serde_json::json!(20999);
+        s["segment_size_bytes"] = serde_json::json!(BIG);
+        s
+    };
+    let big_log = noise(3, BIG);
+    let header = serde_json::json!({
+        "segment": big_seg,
+        "sizes": {"offset_index": 0, "time_index": 0, "transaction_index": null, "producer_snapshot": 0, "log": BIG},
+        "leader_epoch_index": "",
+    })
+    .to_string();
+    let mut c = Conn::open(&ep).await.unwrap();
+    let (seq, auth_header) = c.sign("POST", "/v1/copy-upload", header.as_bytes());
+    let body = upload_body(c.key.as_ref().unwrap(), seq, header.as_bytes(), &[&big_log]);
+    let head = format!(
+        "POST /v1/copy-upload HTTP/1.1\r\nHost: x\r\nContent-Type: {UPLOAD}\r\nContent-Length: {}\r\nstrata-auth: {auth_header}\r\n\r\n",
+        body.len()
+    );
+    c.io.write_all(head.as_bytes()).await.unwrap();
+    c.io.write_all(&body[..12 << 20]).await.unwrap();
+    eventually(30, "the upload's multipart upload started", || async {
+        !incomplete_uploads(&prefix).await.is_empty()
+    })
+    .await;
+    drop(c);
+    eventually(
+        15,
+        "the cut-off upload's multipart upload aborted",
+        || async { incomplete_uploads(&prefix).await.is_empty() },
+    )
+    .await;
+    assert_eq!(fetch(&ep, &big_seg, 0, None).await.status, 404);
+
+    // --- At the concurrency cap (max_requests = 1) a request is answered "busy".
+    let r = Conn::open(&ep)
+        .await
+        .unwrap()
+        .upload(&header.clone().into_bytes(), &[big_log], false)
+        .await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut holder = Conn::open(&ep).await.unwrap();
+    let held = serde_json::json!({"segment": big_seg, "start_position": 0, "end_position": null})
+        .to_string();
+    holder.send_only("/v1/fetch", held.as_bytes()).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let r = fetch(&ep, &seg, 0, Some(10)).await;
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.text().contains("tier.max_requests"), "{}", r.text());
+    drop(holder);
+    eventually(
+        20,
+        "the slot is free again once the reader hangs up",
+        || async { fetch(&ep, &seg, 0, Some(10)).await.status == 200 },
+    )
+    .await;
+
+    // --- The Unix socket: named (and vouched for) in the hello, private, same protocol.
+    let mut c = Conn::open(&ep).await.unwrap();
+    let hello_socket = {
+        let mut c2 = Conn::tcp(&addr).await.unwrap();
+        c2.hello(&ep.secret).await.unwrap().socket
+    };
+    let sock = run.join(strata::tier::SOCKET_NAME);
+    assert_eq!(hello_socket, Some(sock.display().to_string()));
+    assert_eq!(c.call("GET", "/v1/health", b"").await.status, 200);
+    {
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(&run).unwrap().mode() & 0o777, 0o700);
+        assert_eq!(
+            std::fs::symlink_metadata(&sock).unwrap().mode() & 0o777,
+            0o600
+        );
+    }
+    let mut u = Conn::unix(&sock).await.unwrap();
+    u.hello(&ep.secret).await.unwrap();
+    let r = u
+        .call(
+            "POST",
+            "/v1/fetch",
+            serde_json::json!({"segment": seg, "start_position": 0, "end_position": 99})
+                .to_string()
+                .as_bytes(),
+        )
+        .await;
+    assert_eq!(r.body, std::fs::read(&src.log).unwrap()[..100]);
+
+    // --- Nothing secret or local leaks into metrics or logs.
+    let m = plain_get(&metrics_addr, "/metrics").await.text();
+    assert!(m.contains("strata_tier_rejected_total"), "{m}");
+    assert!(
+        metric(
+            &metrics_addr,
+            "strata_tier_rejected_total{op=\"fetch\",reason=\"busy\"}"
+        )
+        .await
+            >= 1.0,
+        "{m}"
+    );
+    let tmp_text = tmp.path().display().to_string();
+    for leak in [secret_text.as_str(), tmp_text.as_str(), "environ"] {
+        assert!(!m.contains(leak), "/metrics shows {leak:?}");
+    }
+    for seg in [&seg, &up_seg, &big_seg] {
+        let r = post(&ep, "/v1/delete", &serde_json::json!({"segment": seg})).await;
+        assert_eq!(r.status, 204, "{}", r.text());
+    }
+    assert!(store.list("tiered/").await.unwrap().is_empty());
+    let log = tier.log_text();
+    assert!(!log.contains(&secret_text), "the secret appears in the log");
+    tier.kill();
+}
+
+/// strata tier refuses to start rather than serve an API others could reach or imitate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tier_refuses_unsafe_setups() {
+    use std::os::unix::fs::PermissionsExt;
+    init_logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let secret = new_secret(tmp.path());
+    let logs = tmp.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let prefix = unique("tier-refuse");
+    let run = tmp.path().join("run");
+    let refuses = |name: &str, tier: String, want: &'static str| {
+        let config = write_config(
+            tmp.path(),
+            &format!("{name}.toml"),
+            &prefix,
+            &format!("[tier]\nlisten = \"{}\"\n{tier}", free_addr()),
+        );
+        let log = tmp.path().join(format!("{name}.log"));
+        let mut p = TierProcess::spawn(&config, &log);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = p.child.as_mut().unwrap().try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name}: strata tier started:\n{}",
+                p.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let text = p.log_text();
+        assert!(!status.success(), "{name}: exit {status}");
+        assert!(text.contains(want), "{name}: wanted {want:?} in:\n{text}");
+    };
+    refuses(
+        "no-secret",
+        format!("log_dirs = [\"{}\"]\n", logs.display()),
+        "tier.secret_file is not set",
+    );
+    let open_secret = tmp.path().join("open.secret");
+    std::fs::copy(&secret, &open_secret).unwrap();
+    std::fs::set_permissions(&open_secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    refuses(
+        "open-secret",
+        access_toml(&open_secret, &logs, None),
+        "mode 0644",
+    );
+    refuses(
+        "no-log-dir",
+        access_toml(&secret, &tmp.path().join("missing"), None),
+        "tier.log_dirs",
+    );
+    std::fs::create_dir_all(&run).unwrap();
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o777)).unwrap();
+    refuses(
+        "open-socket-dir",
+        access_toml(&secret, &logs, Some(&run)),
+        "mode 0777",
+    );
+    std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // Someone else answers at the socket path (another strata tier, or an impostor).
+    let _taken =
+        std::os::unix::net::UnixListener::bind(run.join(strata::tier::SOCKET_NAME)).unwrap();
+    refuses(
+        "socket-taken",
+        access_toml(&secret, &logs, Some(&run)),
+        "another process listens",
+    );
+    let tls_half = format!(
+        "{}tls_cert_file = \"{}\"\n",
+        access_toml(&secret, &logs, None),
+        secret.display()
+    );
+    refuses("tls-half", tls_half, "tier.tls_key_file");
+}
+
+/// The TCP listener with TLS, for brokers on other hosts: the bridge's handshake runs inside
+/// it, and a plain connection gets no answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_over_tls() {
+    use rustls_pki_types::pem::PemObject;
+    init_logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let (cert, key) = (tmp.path().join("tier.pem"), tmp.path().join("tier.key"));
+    let out = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=strata-tier",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+            "-keyout",
+        ])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .expect("openssl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let secret = new_secret(tmp.path());
+    let logs = tmp.path().join("logs");
+    std::fs::create_dir_all(&logs).unwrap();
+    let addr = free_addr();
+    let config = write_config(
+        tmp.path(),
+        "tier.toml",
+        &unique("tier-tls"),
+        &format!(
+            "[tier]\nlisten = \"{addr}\"\ntls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n{}",
+            cert.display(),
+            key.display(),
+            access_toml(&secret, &logs, None)
+        ),
+    );
+    let mut tier = TierProcess::spawn(&config, &tmp.path().join("tier.log"));
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_file_iter(&cert).unwrap() {
+        roots.add(c.unwrap()).unwrap();
+    }
+    let client = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(client));
+    let ep = Endpoint::new(&addr, &secret);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut c = loop {
+        if let Ok(tcp) = tokio::net::TcpStream::connect(&addr).await {
+            let name = rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+            let tls = connector
+                .connect(name, tcp)
+                .await
+                .expect("TLS handshake with strata tier");
+            break Conn::over(Box::new(tls), &addr);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "strata tier did not listen:\n{}",
+            tier.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    c.hello(&ep.secret).await.unwrap();
+    let r = c.call("GET", "/v1/health", b"").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // Plain HTTP to the TLS port is not answered as HTTP.
+    let mut plain = Conn::tcp(&addr).await.unwrap();
+    assert!(plain.hello(&ep.secret).await.is_err());
     tier.kill();
 }

@@ -203,6 +203,11 @@ impl UploadTag {
     pub fn verify(self, tag: &[u8]) -> bool {
         self.0.verify_slice(tag).is_ok()
     }
+
+    /// The tag itself (what a sender appends).
+    pub fn finish(self) -> [u8; 32] {
+        self.0.finalize().into_bytes().into()
+    }
 }
 
 /// Constant-time comparison of two macs as text.

@@ -170,8 +170,9 @@ impl LogDirs {
         seg: &SegmentMetadata,
         f: &SegmentFiles,
     ) -> Result<SegmentSources, TierError> {
+        // Only `declared` bytes are ever read: a file of another size is refused first.
         let declared = seg.segment_size_bytes as u64;
-        let log = self.open_segment_file(seg, "files.log", &f.log, declared)?;
+        let log = self.open_segment_file(seg, "files.log", &f.log, u64::MAX)?;
         if log.size != declared {
             return Err(TierError::BadRequest(FieldError::new(
                 "files.log",

@@ -2,8 +2,15 @@ package io.strata.rsm;
 
 import org.apache.kafka.common.config.ConfigException;
 
+import javax.crypto.spec.SecretKeySpec;
+import javax.net.ssl.SSLSocketFactory;
+
+import java.net.InetAddress;
 import java.net.URI;
 import java.net.URISyntaxException;
+import java.net.UnknownHostException;
+import java.nio.file.InvalidPathException;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.Locale;
 import java.util.Map;
@@ -16,59 +23,138 @@ import java.util.Map;
  */
 final class BridgeConfig {
     static final String ENDPOINT = "strata.endpoint";
+    static final String SECRET_FILE = "strata.secret.file";
+    static final String TLS_TRUST_FILE = "strata.tls.trust.file";
     static final String CONNECT_TIMEOUT_MS = "strata.connect.timeout.ms";
     static final String COPY_TIMEOUT_MS = "strata.copy.timeout.ms";
     static final String FETCH_TIMEOUT_MS = "strata.fetch.timeout.ms";
     static final String UNIX_SOCKET = "strata.unix.socket";
+    static final String COPY_MODE = "strata.copy.mode";
 
     static final String DEFAULT_ENDPOINT = "http://127.0.0.1:9190";
     static final long DEFAULT_CONNECT_TIMEOUT_MS = 2_000L;
     static final long DEFAULT_COPY_TIMEOUT_MS = 300_000L;
     static final long DEFAULT_FETCH_TIMEOUT_MS = 30_000L;
 
-    /** Endpoint without a trailing slash, e.g. {@code http://127.0.0.1:9190} or {@code http://h:1/prefix}. */
+    /** Endpoint without a trailing slash, e.g. {@code http://127.0.0.1:9190} or {@code https://h:1/prefix}. */
     final String endpoint;
+    /** Whether the endpoint is {@code https}. */
+    final boolean https;
+    /** The shared secret K (its {@code toString} does not show it). */
+    final SecretKeySpec secret;
+    private final String secretFile;
+    /** TLS sockets trusting only {@code strata.tls.trust.file}, or {@code null} for the JVM's defaults. */
+    final SSLSocketFactory trust;
+    private final String trustFile;
     final Duration connectTimeout;
     final Duration copyTimeout;
     final Duration fetchTimeout;
-    /**
-     * {@code auto}: move to the Unix domain socket strata tier names in its answers when the
-     * endpoint is on this host; {@code off}: TCP only.
-     */
-    final boolean unixSocket;
+    /** {@code strata.unix.socket} as given: {@code auto}, {@code off} or the path. */
+    private final String unixSetting;
+    /** The socket every connection goes to ({@code strata.unix.socket} set to a path), or {@code null}. */
+    final Path unixSocket;
+    /** Whether a socket named in strata tier's authenticated hello is used ({@code auto}, plain http). */
+    final boolean followSocket;
+    private final String copyModeSetting;
+    /** Whether copies send the files' bytes ({@code /v1/copy-upload}) rather than their paths. */
+    final boolean copyUpload;
 
-    private BridgeConfig(String endpoint, Duration connectTimeout, Duration copyTimeout, Duration fetchTimeout,
-                         boolean unixSocket) {
-        this.endpoint = endpoint;
-        this.connectTimeout = connectTimeout;
-        this.copyTimeout = copyTimeout;
-        this.fetchTimeout = fetchTimeout;
-        this.unixSocket = unixSocket;
+    private BridgeConfig(Map<String, ?> c) {
+        URI uri = parseEndpoint(c.get(ENDPOINT));
+        this.https = uri.getScheme().equals("https");
+        this.endpoint = uri.toString();
+        boolean loopback = isLoopback(uri.getHost());
+        if (!https && !loopback) {
+            throw new ConfigException(ENDPOINT, c.get(ENDPOINT), "plain http is only allowed to a loopback address"
+                + " (127.0.0.1, [::1] or localhost): use https (with " + TLS_TRUST_FILE + ") for strata tier on"
+                + " another host");
+        }
+        this.secret = SecretFile.read(SECRET_FILE, c.get(SECRET_FILE));
+        this.secretFile = c.get(SECRET_FILE).toString().trim();
+        Object trustRaw = c.get(TLS_TRUST_FILE);
+        if (trustRaw != null && !https) {
+            throw new ConfigException(TLS_TRUST_FILE, trustRaw, "is only used with an https " + ENDPOINT
+                + " (it is " + endpoint + "): remove it or use https");
+        }
+        this.trust = trustRaw == null ? null : TrustFile.load(TLS_TRUST_FILE, trustRaw);
+        this.trustFile = trustRaw == null ? null : trustRaw.toString().trim();
+        this.connectTimeout = parseMillis(CONNECT_TIMEOUT_MS, c.get(CONNECT_TIMEOUT_MS), DEFAULT_CONNECT_TIMEOUT_MS);
+        this.copyTimeout = parseMillis(COPY_TIMEOUT_MS, c.get(COPY_TIMEOUT_MS), DEFAULT_COPY_TIMEOUT_MS);
+        this.fetchTimeout = parseMillis(FETCH_TIMEOUT_MS, c.get(FETCH_TIMEOUT_MS), DEFAULT_FETCH_TIMEOUT_MS);
+
+        this.unixSetting = choice(UNIX_SOCKET, c.get(UNIX_SOCKET), "auto", true);
+        this.unixSocket = unixSetting.equals("auto") || unixSetting.equals("off") ? null : Path.of(unixSetting);
+        // The hello's socket is only followed from a plain http loopback endpoint: over https the
+        // operator asked for TLS, which a Unix socket would silently drop.
+        this.followSocket = unixSetting.equals("auto") && !https;
+
+        this.copyModeSetting = choice(COPY_MODE, c.get(COPY_MODE), "auto", false);
+        this.copyUpload = copyModeSetting.equals("upload")
+            || (copyModeSetting.equals("auto") && !loopback && unixSocket == null);
     }
 
     static BridgeConfig parse(Map<String, ?> configs) {
-        Map<String, ?> c = configs == null ? Map.of() : configs;
-        return new BridgeConfig(
-            parseEndpoint(c.get(ENDPOINT)),
-            Duration.ofMillis(parsePositiveMillis(CONNECT_TIMEOUT_MS, c.get(CONNECT_TIMEOUT_MS), DEFAULT_CONNECT_TIMEOUT_MS)),
-            Duration.ofMillis(parsePositiveMillis(COPY_TIMEOUT_MS, c.get(COPY_TIMEOUT_MS), DEFAULT_COPY_TIMEOUT_MS)),
-            Duration.ofMillis(parsePositiveMillis(FETCH_TIMEOUT_MS, c.get(FETCH_TIMEOUT_MS), DEFAULT_FETCH_TIMEOUT_MS)),
-            parseAutoOrOff(UNIX_SOCKET, c.get(UNIX_SOCKET)));
+        return new BridgeConfig(configs == null ? Map.of() : configs);
     }
 
-    /** {@code auto} (true) or {@code off} (false); unset = auto. */
-    private static boolean parseAutoOrOff(String key, Object raw) {
+    /**
+     * {@code strata.unix.socket} ({@code auto}, {@code off} or an absolute path, when
+     * {@code pathAllowed}) or {@code strata.copy.mode} ({@code auto}, {@code paths},
+     * {@code upload}); keywords in lower case.
+     */
+    private static String choice(String key, Object raw, String def, boolean pathAllowed) {
         if (raw == null) {
+            return def;
+        }
+        String v = raw instanceof String ? ((String) raw).trim() : "";
+        String lower = v.toLowerCase(Locale.ROOT);
+        if (pathAllowed) {
+            if (lower.equals("auto") || lower.equals("off")) {
+                return lower;
+            }
+            try {
+                if (!v.isEmpty() && Path.of(v).isAbsolute()) {
+                    return v;
+                }
+            } catch (InvalidPathException e) {
+                // reported below
+            }
+            throw new ConfigException(key, raw, "must be auto, off or the absolute path of strata tier's Unix socket");
+        }
+        if (lower.equals("auto") || lower.equals("paths") || lower.equals("upload")) {
+            return lower;
+        }
+        throw new ConfigException(key, raw, "must be auto, paths or upload");
+    }
+
+    /**
+     * Whether {@code host} (as in a URI, IPv6 in brackets) is a loopback address, decided from its
+     * text alone: an IP literal of the loopback range, or {@code localhost}. No name is looked up,
+     * so configure neither waits on DNS nor trusts its answer.
+     */
+    static boolean isLoopback(String host) {
+        String h = host.toLowerCase(Locale.ROOT);
+        if (h.equals("localhost")) {
             return true;
         }
-        String v = raw instanceof String ? ((String) raw).trim().toLowerCase(Locale.ROOT) : "";
-        if (v.equals("auto")) {
-            return true;
+        if (h.startsWith("[") && h.endsWith("]")) {
+            try {
+                // Bracketed, the JDK parses it as an IPv6 literal and never asks DNS.
+                return InetAddress.getByName(h).isLoopbackAddress();
+            } catch (UnknownHostException e) {
+                return false;
+            }
         }
-        if (v.equals("off")) {
+        String[] octets = h.split("\\.", -1);
+        if (octets.length != 4) {
             return false;
         }
-        throw new ConfigException(key, raw, "must be auto or off");
+        for (String o : octets) {
+            if (o.isEmpty() || o.length() > 3 || !o.chars().allMatch(ch -> ch >= '0' && ch <= '9') || Integer.parseInt(o) > 255) {
+                return false;
+            }
+        }
+        return octets[0].equals("127");
     }
 
     /** The full URI of an API path such as {@code /v1/copy}. */
@@ -76,9 +162,9 @@ final class BridgeConfig {
         return URI.create(endpoint + path);
     }
 
-    private static String parseEndpoint(Object raw) {
+    private static URI parseEndpoint(Object raw) {
         if (raw == null) {
-            return DEFAULT_ENDPOINT;
+            return URI.create(DEFAULT_ENDPOINT);
         }
         if (!(raw instanceof String)) {
             throw new ConfigException(ENDPOINT, raw, "must be a string such as " + DEFAULT_ENDPOINT);
@@ -107,12 +193,12 @@ final class BridgeConfig {
         while (path.endsWith("/")) {
             path = path.substring(0, path.length() - 1);
         }
-        return scheme + "://" + uri.getRawAuthority() + path;
+        return URI.create(scheme + "://" + uri.getRawAuthority() + path);
     }
 
-    private static long parsePositiveMillis(String key, Object raw, long def) {
+    private static Duration parseMillis(String key, Object raw, long def) {
         if (raw == null) {
-            return def;
+            return Duration.ofMillis(def);
         }
         long v;
         if (raw instanceof Integer || raw instanceof Long || raw instanceof Short || raw instanceof Byte) {
@@ -129,15 +215,19 @@ final class BridgeConfig {
         if (v <= 0) {
             throw new ConfigException(key, raw, "must be greater than 0 milliseconds");
         }
-        return v;
+        return Duration.ofMillis(v);
     }
 
+    /** The settings for the log; the secret file by name only. */
     @Override
     public String toString() {
         return ENDPOINT + "=" + endpoint
+            + ", " + SECRET_FILE + "=" + secretFile
+            + ", " + TLS_TRUST_FILE + "=" + (trustFile == null ? "(JVM default trust)" : trustFile)
             + ", " + CONNECT_TIMEOUT_MS + "=" + connectTimeout.toMillis()
             + ", " + COPY_TIMEOUT_MS + "=" + copyTimeout.toMillis()
             + ", " + FETCH_TIMEOUT_MS + "=" + fetchTimeout.toMillis()
-            + ", " + UNIX_SOCKET + "=" + (unixSocket ? "auto" : "off");
+            + ", " + UNIX_SOCKET + "=" + unixSetting
+            + ", " + COPY_MODE + "=" + copyModeSetting + " (" + (copyUpload ? "upload" : "paths") + ")";
     }
 }

@@ -11,9 +11,7 @@ import org.apache.kafka.server.log.remote.storage.RemoteStorageManager;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
-import javax.net.ssl.SSLSocketFactory;
-
-import java.io.ByteArrayOutputStream;
+import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.io.InputStream;
 import java.net.ConnectException;
@@ -22,15 +20,19 @@ import java.net.http.HttpTimeoutException;
 import java.nio.ByteBuffer;
 import java.nio.channels.ClosedByInterruptException;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Base64;
+import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 
 /**
  * Kafka tiered storage (KIP-405) {@link RemoteStorageManager} that forwards every call to the
- * local {@code strata tier} HTTP service. It holds no storage logic of its own.
+ * {@code strata tier} HTTP service, on this host or over https on another, authenticating both
+ * sides with the shared secret on every connection. It holds no storage logic of its own.
  *
  * <p>Broker settings:
  * <pre>
@@ -38,6 +40,7 @@ import java.util.Optional;
  * remote.log.storage.manager.class.name=io.strata.rsm.StrataRemoteStorageManager
  * remote.log.storage.manager.class.path=/path/strata-kafka-rsm.jar
  * rsm.config.strata.endpoint=http://127.0.0.1:9190
+ * rsm.config.strata.secret.file=/etc/strata/tier.secret
  * </pre>
  * The HTTP protocol is described in this module's README.md.
  */
@@ -46,8 +49,13 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
 
     /** Most bytes of an error response body kept for the exception message. */
     static final int ERROR_BODY_CAP = 8 * 1024;
-    /** Most bytes accepted in a copy response (a tiny JSON object). */
-    static final int COPY_RESPONSE_CAP = 1024 * 1024;
+    /**
+     * Most bytes accepted in a response other than a fetch's bytes or an index (a copy's tiny JSON
+     * object, an error text): each body is read whole, for its signature, before it is used.
+     */
+    static final int RESPONSE_CAP = 1024 * 1024;
+    /** Most bytes of an index, in an upload or a fetch-index answer (strata tier's limit too). */
+    static final int INDEX_CAP = 64 * 1024 * 1024;
 
     static final String HINT = "is `strata tier` running on this host?";
 
@@ -63,13 +71,8 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
      */
     @Override
     public void configure(Map<String, ?> configs) {
-        configure(configs, null);
-    }
-
-    /** {@link #configure(Map)} with the TLS socket factory for {@code https} endpoints (tests). */
-    void configure(Map<String, ?> configs, SSLSocketFactory tls) {
         BridgeConfig cfg = BridgeConfig.parse(configs);
-        TierHttp newHttp = new TierHttp(cfg.endpoint, cfg.connectTimeout, cfg.unixSocket, tls);
+        TierHttp newHttp = new TierHttp(cfg);
         TierHttp old = this.http;
         this.config = cfg;
         this.http = newHttp;
@@ -83,18 +86,16 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
     public Optional<CustomMetadata> copyLogSegmentData(RemoteLogSegmentMetadata metadata, LogSegmentData data)
             throws RemoteStorageException {
         BridgeConfig cfg = config();
-        String body = copyRequestJson(metadata, data);
-        TierHttp.Response resp = send("copy", "/v1/copy", body, cfg.copyTimeout, true);
-        byte[] raw;
-        try (InputStream in = resp.body) {
-            raw = readCapped(in, COPY_RESPONSE_CAP + 1);
-        } catch (IOException e) {
-            throw transportFailure("copy", e, cfg.copyTimeout);
+        TierHttp.Response resp;
+        if (cfg.copyUpload) {
+            SegmentUpload upload = segmentUpload(metadata, data);
+            resp = send("copy", cfg.copyTimeout, true,
+                h -> h.upload("/v1/copy-upload", upload, cfg.copyTimeout, RESPONSE_CAP));
+        } else {
+            byte[] body = copyRequestJson(metadata, data).getBytes(StandardCharsets.UTF_8);
+            resp = send("copy", cfg.copyTimeout, true, h -> h.post("/v1/copy", body, cfg.copyTimeout, RESPONSE_CAP));
         }
-        if (raw.length > COPY_RESPONSE_CAP) {
-            throw failure("strata tier copy returned a response larger than " + COPY_RESPONSE_CAP + " bytes");
-        }
-        return parseCopyResponse(new String(raw, StandardCharsets.UTF_8));
+        return parseCopyResponse(new String(resp.body, StandardCharsets.UTF_8));
     }
 
     @Override
@@ -123,8 +124,10 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
     public InputStream fetchIndex(RemoteLogSegmentMetadata metadata, IndexType indexType)
             throws RemoteStorageException {
         BridgeConfig cfg = config();
-        String body = fetchIndexRequestJson(metadata, indexType);
-        return send("fetch-index", "/v1/fetch-index", body, cfg.fetchTimeout, true).body;
+        byte[] body = fetchIndexRequestJson(metadata, indexType).getBytes(StandardCharsets.UTF_8);
+        TierHttp.Response resp = send("fetch-index", cfg.fetchTimeout, true,
+            h -> h.post("/v1/fetch-index", body, cfg.fetchTimeout, INDEX_CAP));
+        return new ByteArrayInputStream(resp.body);
     }
 
     /**
@@ -137,19 +140,13 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
     @Override
     public void deleteLogSegmentData(RemoteLogSegmentMetadata metadata) throws RemoteStorageException {
         BridgeConfig cfg = config();
-        String body = deleteRequestJson(metadata);
-        TierHttp.Response resp = send("delete", "/v1/delete", body, cfg.fetchTimeout, false);
-        try (InputStream in = resp.body) {
-            readCapped(in, ERROR_BODY_CAP);
-        } catch (IOException e) {
-            // The status line said success; a broken body does not change that.
-            LOG.debug("Ignoring error reading strata tier delete response body", e);
-        }
+        byte[] body = deleteRequestJson(metadata).getBytes(StandardCharsets.UTF_8);
+        send("delete", cfg.fetchTimeout, false, h -> h.post("/v1/delete", body, cfg.fetchTimeout, RESPONSE_CAP));
     }
 
     /**
-     * Whether {@code GET /v1/health} answers 2xx. Not part of the Kafka interface; for logs and
-     * diagnostics. Never throws.
+     * Whether {@code GET /v1/health} answers 2xx, authenticated. Not part of the Kafka interface;
+     * for logs and diagnostics. Never throws.
      */
     boolean healthy() {
         BridgeConfig cfg = config;
@@ -158,24 +155,14 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
             return false;
         }
         try {
-            TierHttp.Response resp = h.send("/v1/health", null, cfg.fetchTimeout);
-            try (InputStream in = resp.body) {
-                readCapped(in, ERROR_BODY_CAP);
-            }
-            return resp.status / 100 == 2;
+            return h.get("/v1/health", cfg.fetchTimeout, RESPONSE_CAP).status / 100 == 2;
         } catch (IOException e) {
             return false;
         }
     }
 
-    /** Idle connections the client keeps now (for tests). */
-    int idleConnections() {
-        TierHttp h = http;
-        return h == null ? 0 : h.idleCount();
-    }
-
     /** The Unix socket new connections go to, or {@code null} for TCP (for tests). */
-    java.nio.file.Path unixSocket() {
+    Path unixSocket() {
         TierHttp h = http;
         return h == null ? null : h.socket();
     }
@@ -203,11 +190,70 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
             .name("transaction_index").value(d.transactionIndex().map(StrataRemoteStorageManager::absolute).orElse(null))
             .name("producer_snapshot").value(absolute(d.producerSnapshotIndex()))
             .endObject();
+        w.name("leader_epoch_index").value(leaderEpochIndex(d));
+        return w.endObject().toString();
+    }
+
+    /**
+     * The upload of a segment's files, sized from the files now; fails, before anything is sent,
+     * when the {@code .log} is not the size the metadata declares or an index is too large.
+     */
+    static SegmentUpload segmentUpload(RemoteLogSegmentMetadata m, LogSegmentData d) throws RemoteStorageException {
+        Optional<Path> txn = d.transactionIndex();
+        List<SegmentUpload.Part> parts = new ArrayList<>(5);
+        parts.add(indexPart(d.offsetIndex()));
+        parts.add(indexPart(d.timeIndex()));
+        if (txn.isPresent()) {
+            parts.add(indexPart(txn.get()));
+        }
+        parts.add(indexPart(d.producerSnapshotIndex()));
+        SegmentUpload.Part log = new SegmentUpload.Part(d.logSegment(), size(d.logSegment()));
+        if (log.size() != m.segmentSizeInBytes()) {
+            throw failure("strata tier copy failed before sending: " + log.file() + " holds " + log.size()
+                + " bytes but the segment's metadata declares " + m.segmentSizeInBytes() + " (segment_size_bytes)");
+        }
+        parts.add(log);
+        JsonWriter w = new JsonWriter().beginObject();
+        w.name("segment");
+        writeSegment(w, m);
+        w.name("sizes").beginObject()
+            .name("offset_index").value(parts.get(0).size())
+            .name("time_index").value(parts.get(1).size());
+        if (txn.isPresent()) {
+            w.name("transaction_index").value(parts.get(2).size());
+        } else {
+            w.name("transaction_index").nullValue();
+        }
+        w.name("producer_snapshot").value(parts.get(parts.size() - 2).size())
+            .name("log").value(log.size())
+            .endObject();
+        w.name("leader_epoch_index").value(leaderEpochIndex(d));
+        return new SegmentUpload(w.endObject().toString(), parts);
+    }
+
+    private static SegmentUpload.Part indexPart(Path file) throws RemoteStorageException {
+        long size = size(file);
+        if (size > INDEX_CAP) {
+            throw failure("strata tier copy failed before sending: " + file + " holds " + size
+                + " bytes, more than the " + INDEX_CAP + " strata tier accepts for an index");
+        }
+        return new SegmentUpload.Part(file, size);
+    }
+
+    private static long size(Path file) throws RemoteStorageException {
+        try {
+            return Files.size(file);
+        } catch (IOException e) {
+            throw failure("strata tier copy failed before sending: cannot read the size of " + file + ": " + e);
+        }
+    }
+
+    /** The leader-epoch checkpoint as standard base64; the broker's buffer is left as it was. */
+    private static String leaderEpochIndex(LogSegmentData d) {
         ByteBuffer epochs = d.leaderEpochIndex().duplicate();
         byte[] epochBytes = new byte[epochs.remaining()];
         epochs.get(epochBytes);
-        w.name("leader_epoch_index").value(Base64.getEncoder().encodeToString(epochBytes));
-        return w.endObject().toString();
+        return Base64.getEncoder().encodeToString(epochBytes);
     }
 
     /** The segment object alone (rendered once per fetch, reused for every window). */
@@ -302,60 +348,81 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
     private InputStream fetch(RemoteLogSegmentMetadata metadata, int startPosition, long endPosition)
             throws RemoteStorageException {
         BridgeConfig cfg = config();
-        TierHttp h = http;
-        if (h == null) {
+        if (http == null) {
             throw new IllegalStateException("StrataRemoteStorageManager is closed");
         }
         String segment = segmentJson(metadata);
-        FetchStream.Opener opener = (position, maxBytes) -> send("fetch", "/v1/fetch",
-            fetchRequestJson(segment, position, endPosition, maxBytes), cfg.fetchTimeout, true).body;
+        FetchStream.Opener opener = (position, maxBytes) -> {
+            byte[] body = fetchRequestJson(segment, position, endPosition, maxBytes).getBytes(StandardCharsets.UTF_8);
+            TierHttp.Response resp = send("fetch", cfg.fetchTimeout, true,
+                h -> h.post(TierHttp.FETCH_PATH, body, cfg.fetchTimeout, RESPONSE_CAP));
+            if (resp.stream == null) {
+                throw failure("strata tier fetch answered HTTP " + resp.status + " instead of 200 with the bytes");
+            }
+            return resp.stream;
+        };
         return new FetchStream(opener, metadata.remoteLogSegmentId().id().toString(), startPosition, endPosition)
             .open();
     }
 
+    /** One call of the client. */
+    @FunctionalInterface
+    private interface Call {
+        TierHttp.Response on(TierHttp http) throws IOException;
+    }
+
     /**
-     * POSTs {@code json} to {@code path} and returns the response if its status is 2xx (the
-     * caller owns and must close the body). Otherwise reads at most {@link #ERROR_BODY_CAP}
-     * bytes of the body and throws: {@link RemoteResourceNotFoundException} for HTTP 404 when
-     * {@code notFoundIsMissing}, {@link RemoteStorageException} for any other status.
+     * Makes {@code call} and returns its response if its status is 2xx. Otherwise throws, with at
+     * most {@link #ERROR_BODY_CAP} bytes of the body as text: {@link RemoteResourceNotFoundException}
+     * for HTTP 404 when {@code notFoundIsMissing}, {@link RemoteStorageException} for any other
+     * status or failure.
      */
-    private TierHttp.Response send(String op, String path, String json, Duration timeout,
-                                   boolean notFoundIsMissing) throws RemoteStorageException {
-        BridgeConfig cfg = config();
+    private TierHttp.Response send(String op, Duration timeout, boolean notFoundIsMissing, Call call)
+            throws RemoteStorageException {
         TierHttp h = http;
         if (h == null) {
             throw new IllegalStateException("StrataRemoteStorageManager is closed");
         }
         TierHttp.Response resp;
         try {
-            resp = h.send(path, json.getBytes(StandardCharsets.UTF_8), timeout);
+            resp = call.on(h);
         } catch (IOException e) {
-            if (e instanceof ClosedByInterruptException || Thread.currentThread().isInterrupted()) {
-                // The interrupt flag stays set for the caller.
-                InterruptedException cause = new InterruptedException("interrupted during an HTTP exchange");
-                cause.initCause(e);
-                throw new RemoteStorageException(
-                    "interrupted while waiting for strata tier " + op + " at " + cfg.endpoint, cause);
-            }
-            throw transportFailure(op, e, timeout);
+            throw callFailure(op, e, timeout);
         }
         int status = resp.status;
         if (status / 100 == 2) {
             return resp;
         }
-        String text;
-        try (InputStream in = resp.body) {
-            text = errorText(in);
-        } catch (IOException e) {
-            text = "(error body unreadable: " + e + ")";
-        }
+        String text = errorText(resp.body);
         if (status == 404 && notFoundIsMissing) {
             throw new RemoteResourceNotFoundException(
                 text.isEmpty() ? "strata tier " + op + ": not found (HTTP 404)" : text);
         }
-        String msg = "strata tier " + op + " failed: HTTP " + status + ": " + text;
+        throw failure("strata tier " + op + " failed: HTTP " + status + ": " + text);
+    }
+
+    private RemoteStorageException callFailure(String op, IOException e, Duration timeout) {
+        BridgeConfig cfg = config();
+        if (e instanceof ClosedByInterruptException || Thread.currentThread().isInterrupted()) {
+            // The interrupt flag stays set for the caller.
+            InterruptedException cause = new InterruptedException("interrupted during an HTTP exchange");
+            cause.initCause(e);
+            return new RemoteStorageException(
+                "interrupted while waiting for strata tier " + op + " at " + cfg.endpoint, cause);
+        }
+        String msg;
+        if (e instanceof AuthenticationException) {
+            msg = "strata tier at " + cfg.endpoint + " failed authentication: " + e.getMessage();
+        } else if (e instanceof CredentialsRefusedException) {
+            msg = "strata tier at " + cfg.endpoint + " refused the bridge's credentials: " + e.getMessage()
+                + "; check that " + BridgeConfig.SECRET_FILE + " holds the same secret as strata's tier.secret_file";
+        } else if (e instanceof SegmentUpload.SegmentFileException) {
+            msg = "strata tier " + op + " failed: " + e.getMessage();
+        } else {
+            return transportFailure(op, e, timeout);
+        }
         LOG.warn(msg);
-        throw new RemoteStorageException(msg);
+        return new RemoteStorageException(msg, e);
     }
 
     private RemoteStorageException transportFailure(String op, IOException e, Duration timeout) {
@@ -387,27 +454,10 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
     }
 
     /** The error body as text: at most {@link #ERROR_BODY_CAP} bytes, trimmed. */
-    private static String errorText(InputStream in) throws IOException {
-        byte[] raw = readCapped(in, ERROR_BODY_CAP + 1);
+    private static String errorText(byte[] raw) {
         boolean truncated = raw.length > ERROR_BODY_CAP;
         String text = new String(raw, 0, Math.min(raw.length, ERROR_BODY_CAP), StandardCharsets.UTF_8).strip();
         return truncated ? text + "... (truncated)" : text;
-    }
-
-    /** Reads until EOF or until {@code max} bytes have been read, whichever comes first. */
-    static byte[] readCapped(InputStream in, int max) throws IOException {
-        ByteArrayOutputStream out = new ByteArrayOutputStream(Math.min(max, 8192));
-        byte[] buf = new byte[8192];
-        int total = 0;
-        while (total < max) {
-            int n = in.read(buf, 0, Math.min(buf.length, max - total));
-            if (n < 0) {
-                break;
-            }
-            out.write(buf, 0, n);
-            total += n;
-        }
-        return out.toByteArray();
     }
 
     private BridgeConfig config() {

@@ -3,37 +3,43 @@ package io.strata.rsm;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
+import javax.crypto.spec.SecretKeySpec;
 import javax.net.ssl.SSLParameters;
 import javax.net.ssl.SSLSocket;
 import javax.net.ssl.SSLSocketFactory;
 
+import java.io.ByteArrayOutputStream;
 import java.io.EOFException;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.InterruptedIOException;
 import java.io.OutputStream;
-import java.net.InetAddress;
+import java.math.BigDecimal;
 import java.net.InetSocketAddress;
 import java.net.SocketTimeoutException;
 import java.net.StandardProtocolFamily;
 import java.net.StandardSocketOptions;
 import java.net.URI;
 import java.net.UnixDomainSocketAddress;
+import java.net.UnknownHostException;
 import java.net.http.HttpConnectTimeoutException;
 import java.net.http.HttpTimeoutException;
 import java.nio.ByteBuffer;
 import java.nio.channels.ClosedByInterruptException;
 import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.InvalidPathException;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.Locale;
+import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.IntPredicate;
 
 /**
  * The bridge's HTTP/1.1 client: one request at a time per connection, connections kept alive in
@@ -47,24 +53,32 @@ import java.util.concurrent.atomic.AtomicInteger;
  * of the body is a read of the socket (small reads are served from a 64 KiB buffer), and a
  * connection whose body was read to its end, or nearly, goes back to the pool.
  *
- * <p>Unix domain socket: strata tier names the socket it also listens on in a
- * {@value #SOCKET_HEADER} response header. When the endpoint is a plain {@code http} address of
- * this host, new connections go to that socket (bulk reads over it cost a third of loopback
- * TCP's); when it cannot be connected to, the client goes back to TCP and tries the socket again
- * only after {@link #SOCKET_RETRY_NANOS}.
+ * <p>Authentication (README, "Authentication"): every new connection starts with the hello, and
+ * is used only once strata tier's proof checked; each request is signed with the connection's
+ * session key and a per-connection {@code seq}, and each response's signature is checked before
+ * its status or body reach the caller. So the client buffers every body (bounded by the caller's
+ * cap) except a {@code 200} answer to {@code /v1/fetch}, whose signature covers its length only:
+ * that one is handed out live.
+ *
+ * <p>Unix domain socket: strata tier names the socket it also listens on in its hello, under its
+ * proof. When allowed ({@code auto}, plain http), new connections go to that socket (bulk reads
+ * over it cost a third of loopback TCP's) and run the hello again there; when it cannot be
+ * connected to, or whoever listens there fails the hello, the client goes back to TCP and tries
+ * the socket again only after {@link #SOCKET_RETRY_NANOS}.
  *
  * <p>Calls block on {@link SocketChannel}s, so a thread interrupted while it waits gets
  * {@link ClosedByInterruptException} (and the connection is dropped). A shared timer closes a
- * connection whose response head is late; the caller then sees {@link HttpTimeoutException}.
- * {@code https} endpoints get TLS over the same TCP channel, with the JVM's default trust
- * settings and host name verification.
+ * connection whose response is late; the caller then sees {@link HttpTimeoutException}.
+ * {@code https} endpoints get TLS over the same TCP channel, with host name verification.
  */
 final class TierHttp {
     private static final Logger LOG = LoggerFactory.getLogger(TierHttp.class);
 
-    /** Response header in which strata tier names its Unix domain socket. */
-    static final String SOCKET_HEADER = "strata-socket";
-    /** After a failed connect, the advertised socket is not tried again for this long. */
+    static final String HELLO_PATH = "/v1/hello";
+    static final String FETCH_PATH = "/v1/fetch";
+    /** Largest hello answer accepted (a small JSON object). */
+    static final int HELLO_CAP = 64 * 1024;
+    /** After a failed connect or hello, the named socket is not tried again for this long. */
     static final long SOCKET_RETRY_NANOS = Duration.ofSeconds(30).toNanos();
     /** Idle connections kept; the broker runs about 10 remote reader threads by default. */
     static final int MAX_IDLE = 16;
@@ -85,8 +99,23 @@ final class TierHttp {
      */
     static final long DRAIN_MAX = 256 * 1024;
 
-    /** Closes connections whose response head is late (one daemon thread for all clients). */
+    private static final byte[] EMPTY = new byte[0];
+
+    /** Closes connections whose response is late (one daemon thread for all clients). */
     private static final ScheduledThreadPoolExecutor TIMER = timer();
+
+    /** A request body: what the request mac covers, and how it is written after the head. */
+    interface RequestBody {
+        String contentType();
+
+        long length();
+
+        /** The bytes whose digest the request's {@code Strata-Auth} mac covers. */
+        byte[] signed();
+
+        /** Writes {@code head}, then the body; {@code session} and {@code seq} are the request's. */
+        void write(OutputStream out, byte[] head, SecretKeySpec session, long seq) throws IOException;
+    }
 
     private final String host;
     private final int port;
@@ -96,27 +125,29 @@ final class TierHttp {
     private final int connectTimeoutMs;
     /** {@code null} for plain HTTP. */
     private final SSLSocketFactory tls;
-    /** Whether an advertised Unix socket may be used (setting on, plain HTTP). */
-    private final boolean unixAllowed;
-    /** Whether the endpoint is on this host; resolved once, when a socket is first advertised. */
-    private volatile Boolean local;
-    /** The Unix socket new connections go to, or {@code null} for TCP. */
+    private final SecretKeySpec secret;
+    /** Whether the socket strata tier names in its hello is used. */
+    private final boolean followSocket;
+    /** The socket every connection goes to, or {@code null} ({@code strata.unix.socket} set to a path). */
+    private final Path fixedSocket;
+    /** The socket strata tier named, new connections go there; {@code null} for TCP. */
     private volatile Path socket;
     private volatile Path failedSocket;
     private volatile long failedAt;
     private final ArrayDeque<Conn> idle = new ArrayDeque<>();
     private boolean closed;
 
-    TierHttp(String endpoint, Duration connectTimeout, boolean unixSocket, SSLSocketFactory tlsFactory) {
-        URI uri = URI.create(endpoint);
-        boolean https = "https".equalsIgnoreCase(uri.getScheme());
+    TierHttp(BridgeConfig cfg) {
+        URI uri = URI.create(cfg.endpoint);
         this.host = uri.getHost();
-        this.port = uri.getPort() >= 0 ? uri.getPort() : (https ? 443 : 80);
+        this.port = uri.getPort() >= 0 ? uri.getPort() : (cfg.https ? 443 : 80);
         this.basePath = uri.getRawPath() == null ? "" : uri.getRawPath();
         this.hostHeader = uri.getRawAuthority();
-        this.connectTimeoutMs = (int) Math.min(Integer.MAX_VALUE, Math.max(1, connectTimeout.toMillis()));
-        this.tls = https ? (tlsFactory != null ? tlsFactory : (SSLSocketFactory) SSLSocketFactory.getDefault()) : null;
-        this.unixAllowed = unixSocket && !https;
+        this.connectTimeoutMs = (int) Math.min(Integer.MAX_VALUE, Math.max(1, cfg.connectTimeout.toMillis()));
+        this.tls = !cfg.https ? null : cfg.trust != null ? cfg.trust : (SSLSocketFactory) SSLSocketFactory.getDefault();
+        this.secret = cfg.secret;
+        this.followSocket = cfg.followSocket;
+        this.fixedSocket = cfg.unixSocket;
     }
 
     private static ScheduledThreadPoolExecutor timer() {
@@ -142,68 +173,218 @@ final class TierHttp {
         }
     }
 
-    /** Connections in the pool now (for tests). */
-    int idleCount() {
-        synchronized (idle) {
-            return idle.size();
-        }
-    }
-
-    /** The Unix socket new connections go to, or {@code null} (for tests and logs). */
+    /** The Unix socket strata tier named, which new connections go to, or {@code null} (for tests). */
     Path socket() {
         return socket;
     }
 
+    /** {@code GET path}; see {@link #send}. */
+    Response get(String path, Duration headTimeout, int cap) throws IOException {
+        return send("GET", path, null, headTimeout, cap);
+    }
+
+    /** {@code POST path} with a JSON body; see {@link #send}. */
+    Response post(String path, byte[] json, Duration headTimeout, int cap) throws IOException {
+        return send("POST", path, new JsonBody(json), headTimeout, cap);
+    }
+
+    /** {@code POST path} with a segment's bytes; see {@link #send}. */
+    Response upload(String path, SegmentUpload body, Duration headTimeout, int cap) throws IOException {
+        return send("POST", path, body, headTimeout, cap);
+    }
+
     /**
-     * Sends one request and reads the response head. {@code body} {@code null} means a GET. The
-     * caller must close the returned response's body. {@code headTimeout} bounds the wait for the
-     * response head; reading the body has no timeout.
+     * Sends one authenticated request and returns its checked response. {@code headTimeout} bounds
+     * the wait for the response (for a buffered body, until its end); a streamed fetch body has no
+     * timeout and the caller must close it. A buffered body larger than {@code cap} fails the call.
      *
+     * @throws AuthenticationException when whoever answered did not prove it holds the secret
+     * @throws CredentialsRefusedException when strata tier refused the request's signature
      * @throws HttpConnectTimeoutException when no connection was made within the connect timeout
-     * @throws HttpTimeoutException when the head did not arrive within {@code headTimeout}
+     * @throws HttpTimeoutException when the response did not arrive within {@code headTimeout}
      * @throws ClosedByInterruptException when the calling thread is (or gets) interrupted
      */
-    Response send(String path, byte[] body, Duration headTimeout) throws IOException {
-        byte[] request = request(path, body);
+    private Response send(String method, String path, RequestBody body, Duration headTimeout, int cap)
+            throws IOException {
         long timeoutMs = Math.max(1, headTimeout.toMillis());
         Conn c = takeIdle();
         if (c != null) {
             try {
-                return c.exchange(request, timeoutMs);
+                return exchange(c, method, path, body, timeoutMs, cap);
             } catch (IOException e) {
                 c.close();
                 // The server may have dropped the idle connection just before we used it: every
                 // request of this protocol is idempotent, so it is sent again, once, on a new one.
+                // staleFailure is never set once an answer arrived, so a failed signature check
+                // is never retried.
                 if (!c.staleFailure || Thread.currentThread().isInterrupted()) {
                     throw e;
                 }
+            } catch (RuntimeException e) {
+                c.close();
+                throw e;
             }
         }
         c = connect();
         try {
-            return c.exchange(request, timeoutMs);
+            return exchange(c, method, path, body, timeoutMs, cap);
         } catch (IOException | RuntimeException e) {
             c.close();
             throw e;
         }
     }
 
-    private byte[] request(String path, byte[] body) {
-        StringBuilder head = new StringBuilder(160);
-        head.append(body == null ? "GET " : "POST ").append(basePath).append(path).append(" HTTP/1.1\r\n")
+    /** One signed exchange on a connection that passed the hello. The caller closes {@code c} on failure. */
+    private Response exchange(Conn c, String method, String path, RequestBody body, long timeoutMs, int cap)
+            throws IOException {
+        long seq = ++c.seq;
+        String mac = TierAuth.requestMac(c.session, seq, method, path, body == null ? EMPTY : body.signed());
+        byte[] head = head(method, path, body, seq + " " + mac);
+        boolean fetch = path.equals(FETCH_PATH);
+        Raw r = c.exchange(out -> {
+            if (body == null) {
+                out.write(head);
+            } else {
+                body.write(out, head, c.session, seq);
+            }
+        }, timeoutMs, status -> fetch && status == 200, cap);
+        if (r.status == 401 && r.auth == null) {
+            throw new CredentialsRefusedException("HTTP 401 to " + method + " " + path + printable(r.body));
+        }
+        String digest;
+        if (r.body != null) {
+            digest = TierAuth.bodyDigest(r.body);
+        } else if (r.length >= 0 && !r.chunked) {
+            digest = TierAuth.streamDigest(r.length);
+        } else {
+            throw new AuthenticationException("its 200 answer to " + path + " has no Content-Length, which its"
+                + " signature must cover");
+        }
+        if (r.auth == null) {
+            // The status is named for diagnosis only (strata tier refuses some requests unsigned
+            // before it checks them); nothing else of the answer is used.
+            throw new AuthenticationException("its answer to " + method + " " + path + " has no Strata-Auth"
+                + " signature (an unsigned HTTP " + r.status + ", not trusted)");
+        }
+        if (r.authRepeated || !TierAuth.matches(TierAuth.responseMac(c.session, seq, r.status, digest), r.auth)) {
+            throw new AuthenticationException("its answer to " + method + " " + path + " has a wrong Strata-Auth"
+                + " signature");
+        }
+        if (r.body == null) {
+            return new Response(r.status, null, new Body(c, r.length, r.keepAlive));
+        }
+        if (r.reusable()) {
+            release(c);
+        } else {
+            c.close();
+        }
+        return new Response(r.status, r.body, null);
+    }
+
+    /**
+     * The hello: proves that whoever answers on {@code c} holds the secret, and gives the
+     * connection its session key. Nothing else is sent on a connection before it passed.
+     */
+    private void hello(Conn c) throws IOException {
+        String clientNonce = TierAuth.newNonce();
+        JsonBody body = new JsonBody(("{\"version\":" + TierAuth.VERSION + ",\"client_nonce\":\"" + clientNonce + "\"}")
+            .getBytes(StandardCharsets.UTF_8));
+        byte[] head = head("POST", HELLO_PATH, body, null);
+        Raw r = c.exchange(out -> body.write(out, head, null, 0), connectTimeoutMs, status -> false, HELLO_CAP);
+        if (r.status == 401) {
+            throw new CredentialsRefusedException("HTTP 401 to its hello" + printable(r.body));
+        }
+        if (r.status != 200) {
+            throw new AuthenticationException(c.peer + " answered the hello with HTTP " + r.status
+                + " (is it a strata tier that speaks protocol version " + TierAuth.VERSION + "?)");
+        }
+        Object parsed;
+        try {
+            parsed = JsonReader.parse(new String(r.body, StandardCharsets.UTF_8));
+        } catch (IllegalArgumentException e) {
+            throw new AuthenticationException(c.peer + " answered the hello with a body that is not JSON");
+        }
+        Map<?, ?> m = parsed instanceof Map ? (Map<?, ?>) parsed : Map.of();
+        Object version = m.get("version");
+        Object serverNonce = m.get("server_nonce");
+        Object named = m.get("socket");
+        Object proof = m.get("proof");
+        if (!(version instanceof BigDecimal) || ((BigDecimal) version).compareTo(BigDecimal.valueOf(TierAuth.VERSION)) != 0) {
+            throw new AuthenticationException(c.peer + " answered the hello without protocol version "
+                + TierAuth.VERSION);
+        }
+        if (!(serverNonce instanceof String) || !TierAuth.isNonce((String) serverNonce)
+                || !(proof instanceof String) || !(named == null || named instanceof String)) {
+            throw new AuthenticationException(c.peer + " answered the hello without a well-formed server_nonce,"
+                + " socket and proof");
+        }
+        String socketNamed = named == null ? "" : (String) named;
+        String expected = TierAuth.proof(secret, clientNonce, (String) serverNonce, socketNamed);
+        if (!TierAuth.matches(expected, (String) proof)) {
+            throw new AuthenticationException("the hello proof of " + c.peer + " is wrong: it does not hold the"
+                + " bridge's secret (check that strata.secret.file holds the same secret as strata's"
+                + " tier.secret_file, and that nothing else listens there)");
+        }
+        if (!r.reusable()) {
+            throw new IOException(c.peer + " closed the connection after the hello");
+        }
+        c.session = TierAuth.sessionKey(secret, clientNonce, (String) serverNonce);
+        if (!c.unix && !socketNamed.isEmpty()) {
+            named(socketNamed);
+        }
+    }
+
+    private byte[] head(String method, String path, RequestBody body, String auth) {
+        StringBuilder h = new StringBuilder(200);
+        h.append(method).append(' ').append(basePath).append(path).append(" HTTP/1.1\r\n")
             .append("Host: ").append(hostHeader).append("\r\n");
         if (body != null) {
-            head.append("Content-Type: application/json\r\nContent-Length: ").append(body.length).append("\r\n");
+            h.append("Content-Type: ").append(body.contentType()).append("\r\n")
+                .append("Content-Length: ").append(body.length()).append("\r\n");
         }
-        head.append("\r\n");
-        byte[] h = head.toString().getBytes(StandardCharsets.UTF_8);
-        if (body == null) {
-            return h;
+        if (auth != null) {
+            h.append("Strata-Auth: ").append(auth).append("\r\n");
         }
-        byte[] all = new byte[h.length + body.length];
-        System.arraycopy(h, 0, all, 0, h.length);
-        System.arraycopy(body, 0, all, h.length, body.length);
-        return all;
+        h.append("\r\n");
+        return h.toString().getBytes(StandardCharsets.UTF_8);
+    }
+
+    /** A JSON body, written with its head in one write. */
+    private static final class JsonBody implements RequestBody {
+        private final byte[] json;
+
+        JsonBody(byte[] json) {
+            this.json = json;
+        }
+
+        @Override
+        public String contentType() {
+            return "application/json";
+        }
+
+        @Override
+        public long length() {
+            return json.length;
+        }
+
+        @Override
+        public byte[] signed() {
+            return json;
+        }
+
+        @Override
+        public void write(OutputStream out, byte[] head, SecretKeySpec session, long seq) throws IOException {
+            out.write(ByteBuffer.allocate(head.length + json.length).put(head).put(json).array());
+        }
+    }
+
+    /** An unauthenticated body for a message: short, on one line. */
+    private static String printable(byte[] body) {
+        if (body == null || body.length == 0) {
+            return "";
+        }
+        String s = new String(body, 0, Math.min(body.length, 200), StandardCharsets.UTF_8).strip();
+        return s.isEmpty() ? "" : " (" + s.replaceAll("\\p{Cntrl}", " ") + ")";
     }
 
     private Conn takeIdle() {
@@ -235,37 +416,89 @@ final class TierHttp {
         c.close();
     }
 
+    /** A new connection that passed the hello: to the fixed socket, the named one, or TCP. */
     private Conn connect() throws IOException {
+        if (fixedSocket != null) {
+            return greeted(openUnix(fixedSocket));
+        }
         Path unix = socket;
         if (unix != null) {
-            SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
+            Conn c = null;
             try {
-                ch.connect(UnixDomainSocketAddress.of(unix));
-                return new Conn(ch, null, true);
+                c = openUnix(unix);
+                hello(c);
+                return c;
+            } catch (AuthenticationException | CredentialsRefusedException e) {
+                // An impostor on the socket path: this call fails loudly, later ones use TCP.
+                c.close();
+                forgetSocket(unix, e);
+                throw e;
             } catch (IOException e) {
-                ch.close();
-                if (e instanceof ClosedByInterruptException) {
+                if (c != null) {
+                    c.close();
+                }
+                if (e instanceof ClosedByInterruptException || Thread.currentThread().isInterrupted()) {
                     throw e;
                 }
-                failedSocket = unix;
-                failedAt = System.nanoTime();
-                socket = null;
-                LOG.info("strata tier's Unix socket {} is not usable ({}); using TCP {}:{}", unix, e.toString(), host, port);
+                forgetSocket(unix, e);
             }
+        }
+        return greeted(openTcp());
+    }
+
+    private Conn greeted(Conn c) throws IOException {
+        try {
+            hello(c);
+            return c;
+        } catch (IOException | RuntimeException e) {
+            c.close();
+            throw e;
+        }
+    }
+
+    private void forgetSocket(Path unix, IOException why) {
+        failedSocket = unix;
+        failedAt = System.nanoTime();
+        socket = null;
+        LOG.info("strata tier's Unix socket {} is not usable ({}); using TCP {}:{} for {} s", unix, why.toString(),
+            host, port, TimeUnit.NANOSECONDS.toSeconds(SOCKET_RETRY_NANOS));
+    }
+
+    private static Conn openUnix(Path path) throws IOException {
+        SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
+        try {
+            ch.connect(UnixDomainSocketAddress.of(path));
+            return new Conn(ch, null, true, "the Unix socket " + path);
+        } catch (IOException | RuntimeException e) {
+            ch.close();
+            throw e;
+        }
+    }
+
+    private Conn openTcp() throws IOException {
+        InetSocketAddress addr = new InetSocketAddress(host, port);
+        if (addr.isUnresolved()) {
+            throw new UnknownHostException(host);
+        }
+        if (tls == null && !addr.getAddress().isLoopbackAddress()) {
+            // The configuration allows only loopback names; this catches one that resolves elsewhere.
+            throw new IOException(host + " resolves to " + addr.getAddress().getHostAddress()
+                + ", not a loopback address: plain http is only used on this host");
         }
         SocketChannel ch = SocketChannel.open();
         try {
             ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
             try {
-                ch.socket().connect(new InetSocketAddress(host, port), connectTimeoutMs);
+                ch.socket().connect(addr, connectTimeoutMs);
             } catch (SocketTimeoutException e) {
                 HttpConnectTimeoutException t = new HttpConnectTimeoutException(
                     "could not connect to " + host + ":" + port + " within " + connectTimeoutMs + " ms");
                 t.initCause(e);
                 throw t;
             }
+            String peer = host + ":" + port;
             if (tls == null) {
-                return new Conn(ch, null, false);
+                return new Conn(ch, null, false, peer);
             }
             SSLSocket ssl = (SSLSocket) tls.createSocket(ch.socket(), host, port, true);
             SSLParameters params = ssl.getSSLParameters();
@@ -274,22 +507,22 @@ final class TierHttp {
             ssl.setSoTimeout(connectTimeoutMs);
             ssl.startHandshake();
             ssl.setSoTimeout(0);
-            return new Conn(ch, ssl, false);
+            return new Conn(ch, ssl, false, peer);
         } catch (IOException | RuntimeException e) {
             ch.close();
             throw e;
         }
     }
 
-    /** A TCP answer named strata tier's Unix socket: use it for new connections if allowed. */
-    private void advertised(String value) {
-        if (!unixAllowed || value == null || socket != null) {
+    /** An authenticated TCP hello named strata tier's Unix socket: use it for new connections if allowed. */
+    private void named(String value) {
+        if (!followSocket || socket != null) {
             return;
         }
         Path p;
         try {
             p = Path.of(value);
-        } catch (RuntimeException e) {
+        } catch (InvalidPathException e) {
             return;
         }
         if (!p.isAbsolute()) {
@@ -298,63 +531,100 @@ final class TierHttp {
         if (p.equals(failedSocket) && System.nanoTime() - failedAt < SOCKET_RETRY_NANOS) {
             return;
         }
-        Boolean isLocal = local;
-        if (isLocal == null) {
-            try {
-                isLocal = InetAddress.getByName(host).isLoopbackAddress();
-            } catch (IOException e) {
-                isLocal = false;
-            }
-            local = isLocal;
+        if (!p.equals(failedSocket)) {
+            LOG.info("strata tier also listens on the Unix socket {}: new connections go there", p);
         }
-        if (isLocal) {
-            if (!p.equals(failedSocket)) {
-                LOG.info("strata tier also listens on the Unix socket {}: new connections go there", p);
-            }
-            socket = p;
-        }
+        socket = p;
     }
 
     // -------------------------------------------------------------------------------------------
 
-    /** A response: status, what the head said about the body, and the body. */
+    /** A checked response: its status and either its whole body or, for a fetch, its live body. */
     static final class Response {
         final int status;
-        /** Body length from Content-Length, or -1 (chunked, or until the connection closes). */
-        final long length;
-        final Body body;
+        /** The whole body, covered by the checked signature; {@code null} when streamed. */
+        final byte[] body;
+        /** The live body of a 200 answer to /v1/fetch (its length is signed, its bytes are not); else null. */
+        final Body stream;
 
-        Response(int status, long length, Body body) {
+        Response(int status, byte[] body, Body stream) {
             this.status = status;
-            this.length = length;
             this.body = body;
+            this.stream = stream;
         }
     }
 
-    /** One connection: the channel, TLS over it if any, and a read buffer. One thread at a time. */
-    private final class Conn {
+    /** A response as read off the wire, before any check. */
+    private static final class Raw {
+        final int status;
+        /** From Content-Length, or -1. */
+        long length = -1;
+        boolean chunked;
+        boolean keepAlive = true;
+        /** The Strata-Auth header, or {@code null}. */
+        String auth;
+        boolean authRepeated;
+        /** The whole body, or {@code null} when it was left in the socket. */
+        byte[] body;
+
+        Raw(int status) {
+            this.status = status;
+        }
+
+        /** Whether the connection can carry another exchange once this body is read. */
+        boolean reusable() {
+            return keepAlive && (chunked || length >= 0);
+        }
+    }
+
+    @FunctionalInterface
+    private interface RequestWriter {
+        void write(OutputStream out) throws IOException;
+    }
+
+    /** One connection: the channel, TLS over it if any, a read buffer and its session. One thread at a time. */
+    private static final class Conn {
         final SocketChannel channel;
         /** {@code null} unless the endpoint is https. */
         final SSLSocket ssl;
         final InputStream sslIn;
         final OutputStream sslOut;
         final boolean unix;
+        /** Where it goes, for messages. */
+        final String peer;
         final byte[] buf = new byte[BUFFER_BYTES];
         final ByteBuffer bufView = ByteBuffer.wrap(buf);
         int pos;
         int lim;
         long idleSince;
+        /** The session key, set once the hello passed. */
+        SecretKeySpec session;
+        /** The seq of the last request sent. */
+        long seq;
         /** Set when the last exchange failed before any response byte arrived on a reused connection. */
         boolean staleFailure;
-        /** Per exchange: 0 waiting for the head, 1 head read, 2 timed out (the timer closed us). */
-        final AtomicInteger head = new AtomicInteger();
+        /** Per exchange: 0 waiting for the response, 1 read, 2 timed out (the timer closed us). */
+        final AtomicInteger phase = new AtomicInteger();
+        /** Writes go straight to the socket; callers write large pieces. */
+        final OutputStream out = new OutputStream() {
+            @Override
+            public void write(int b) throws IOException {
+                write(new byte[] {(byte) b}, 0, 1);
+            }
 
-        Conn(SocketChannel channel, SSLSocket ssl, boolean unix) throws IOException {
+            @Override
+            public void write(byte[] b, int off, int len) throws IOException {
+                rawWrite(b, off, len);
+            }
+        };
+
+        Conn(SocketChannel channel, SSLSocket ssl, boolean unix, String peer) throws IOException {
             this.channel = channel;
             this.ssl = ssl;
             this.sslIn = ssl == null ? null : ssl.getInputStream();
             this.sslOut = ssl == null ? null : ssl.getOutputStream();
             this.unix = unix;
+            this.peer = peer;
         }
 
         void close() {
@@ -381,29 +651,33 @@ final class TierHttp {
             return channel.read(dst);
         }
 
-        private void rawWrite(byte[] b) throws IOException {
+        private void rawWrite(byte[] b, int off, int len) throws IOException {
             if (ssl != null) {
-                sslOut.write(b);
+                sslOut.write(b, off, len);
                 sslOut.flush();
                 return;
             }
-            ByteBuffer src = ByteBuffer.wrap(b);
+            ByteBuffer src = ByteBuffer.wrap(b, off, len);
             while (src.hasRemaining()) {
                 channel.write(src);
             }
         }
 
-        Response exchange(byte[] request, long timeoutMs) throws IOException {
+        /**
+         * Writes a request and reads the response head, then its whole body (at most {@code cap}
+         * bytes) unless {@code leaveBody} says it stays in the socket. The timer covers all of it.
+         */
+        Raw exchange(RequestWriter request, long timeoutMs, IntPredicate leaveBody, int cap) throws IOException {
             staleFailure = false;
             boolean gotByte = false;
-            head.set(0);
+            phase.set(0);
             ScheduledFuture<?> timer = TIMER.schedule(() -> {
-                if (head.compareAndSet(0, 2)) {
+                if (phase.compareAndSet(0, 2)) {
                     close();
                 }
             }, timeoutMs, TimeUnit.MILLISECONDS);
             try {
-                rawWrite(request);
+                request.write(out);
                 int status;
                 while (true) {
                     if (fill() < 0) {
@@ -418,75 +692,153 @@ final class TierHttp {
                         // skip the headers of a 1xx interim response
                     }
                 }
-                long length = -1;
-                boolean chunked = false;
-                boolean keepAlive = true;
-                String advertisedSocket = null;
-                int headBytes = 0;
-                while (true) {
-                    String h = line();
-                    headBytes += h.length() + 2;
-                    if (headBytes > HEAD_CAP) {
-                        throw new IOException("strata tier sent a response head larger than " + HEAD_CAP + " bytes");
-                    }
-                    if (h.isEmpty()) {
-                        break;
-                    }
-                    int colon = h.indexOf(':');
-                    if (colon <= 0) {
-                        throw new IOException("strata tier sent a malformed header line: " + abbreviate(h));
-                    }
-                    String name = h.substring(0, colon).trim().toLowerCase(Locale.ROOT);
-                    String value = h.substring(colon + 1).trim();
-                    switch (name) {
-                        case "content-length":
-                            try {
-                                length = Long.parseLong(value);
-                            } catch (NumberFormatException e) {
-                                length = -2;
-                            }
-                            if (length < 0) {
-                                throw new IOException("strata tier sent an invalid Content-Length: " + abbreviate(value));
-                            }
-                            break;
-                        case "transfer-encoding":
-                            chunked = value.toLowerCase(Locale.ROOT).endsWith("chunked");
-                            break;
-                        case "connection":
-                            keepAlive &= !value.toLowerCase(Locale.ROOT).contains("close");
-                            break;
-                        case SOCKET_HEADER:
-                            advertisedSocket = value;
-                            break;
-                        default:
-                            break;
-                    }
+                Raw r = new Raw(status);
+                readHeaders(r);
+                if (status == 204 || status == 304) {
+                    r.length = 0;
+                    r.chunked = false;
                 }
-                if (!head.compareAndSet(0, 1)) {
-                    throw new SocketTimeoutException("the response head came as the timer fired");
+                if (!leaveBody.test(status)) {
+                    r.body = readWhole(r, cap);
                 }
-                if (!unix && advertisedSocket != null) {
-                    advertised(advertisedSocket);
+                if (!phase.compareAndSet(0, 1)) {
+                    throw new SocketTimeoutException("the response came as the timer fired");
                 }
-                if (chunked) {
-                    length = -1;
-                } else if (status == 204 || status == 304) {
-                    length = 0;
-                }
-                boolean untilClose = !chunked && length < 0;
-                Body body = new Body(this, length, chunked, keepAlive && !untilClose);
-                return new Response(status, length, body);
+                return r;
             } catch (IOException e) {
-                if (head.get() == 2) {
-                    HttpTimeoutException t = new HttpTimeoutException("no response head within " + timeoutMs + " ms");
+                if (phase.get() == 2) {
+                    HttpTimeoutException t = new HttpTimeoutException("no response within " + timeoutMs + " ms");
                     t.initCause(e);
                     throw t;
                 }
                 staleFailure = !gotByte && !(e instanceof InterruptedIOException)
-                    && !(e instanceof ClosedByInterruptException);
+                    && !(e instanceof ClosedByInterruptException) && !(e instanceof SegmentUpload.SegmentFileException);
                 throw e;
             } finally {
                 timer.cancel(false);
+            }
+        }
+
+        private void readHeaders(Raw r) throws IOException {
+            int headBytes = 0;
+            while (true) {
+                String h = line();
+                headBytes += h.length() + 2;
+                if (headBytes > HEAD_CAP) {
+                    throw new IOException("strata tier sent a response head larger than " + HEAD_CAP + " bytes");
+                }
+                if (h.isEmpty()) {
+                    break;
+                }
+                int colon = h.indexOf(':');
+                if (colon <= 0) {
+                    throw new IOException("strata tier sent a malformed header line: " + abbreviate(h));
+                }
+                String name = h.substring(0, colon).trim().toLowerCase(Locale.ROOT);
+                String value = h.substring(colon + 1).trim();
+                switch (name) {
+                    case "content-length":
+                        long n;
+                        try {
+                            n = Long.parseLong(value);
+                        } catch (NumberFormatException e) {
+                            n = -1;
+                        }
+                        if (n < 0 || (r.length >= 0 && n != r.length)) {
+                            throw new IOException("strata tier sent an invalid Content-Length: " + abbreviate(value));
+                        }
+                        r.length = n;
+                        break;
+                    case "transfer-encoding":
+                        r.chunked = value.toLowerCase(Locale.ROOT).endsWith("chunked");
+                        break;
+                    case "connection":
+                        r.keepAlive &= !value.toLowerCase(Locale.ROOT).contains("close");
+                        break;
+                    case "strata-auth":
+                        r.authRepeated |= r.auth != null;
+                        r.auth = value;
+                        break;
+                    default:
+                        break;
+                }
+            }
+            if (r.chunked && r.length >= 0) {
+                // Either framing could be the one a signature was made for: refuse to guess.
+                throw new IOException("strata tier sent both Content-Length and Transfer-Encoding");
+            }
+        }
+
+        /** The whole body of {@code r}: by its length, its chunks, or until the connection closes. */
+        private byte[] readWhole(Raw r, int cap) throws IOException {
+            if (r.length >= 0) {
+                if (r.length > cap) {
+                    throw new IOException("strata tier sent a response body of " + r.length
+                        + " bytes, more than the " + cap + " accepted here");
+                }
+                byte[] b = new byte[(int) r.length];
+                readFully(b, 0, b.length);
+                return b;
+            }
+            ByteArrayOutputStream all = new ByteArrayOutputStream();
+            byte[] chunk = new byte[BUFFER_BYTES];
+            while (true) {
+                long size;
+                if (r.chunked) {
+                    size = chunkSize();
+                    if (size == 0) {
+                        while (!line().isEmpty()) {
+                            // trailers are ignored
+                        }
+                        return all.toByteArray();
+                    }
+                } else {
+                    size = Long.MAX_VALUE;
+                }
+                while (size > 0) {
+                    int n = read(chunk, 0, (int) Math.min(chunk.length, size));
+                    if (n < 0) {
+                        if (r.chunked) {
+                            throw new EOFException("strata tier closed the connection in the middle of a chunk");
+                        }
+                        return all.toByteArray();
+                    }
+                    if (all.size() + n > cap) {
+                        throw new IOException("strata tier sent a response body larger than the " + cap
+                            + " bytes accepted here");
+                    }
+                    all.write(chunk, 0, n);
+                    size -= n;
+                }
+                if (!line().isEmpty()) {
+                    throw new IOException("strata tier sent a malformed chunked body");
+                }
+            }
+        }
+
+        private long chunkSize() throws IOException {
+            String sizeLine = line();
+            int semi = sizeLine.indexOf(';');
+            String hex = (semi >= 0 ? sizeLine.substring(0, semi) : sizeLine).trim();
+            try {
+                long size = Long.parseLong(hex, 16);
+                if (size >= 0) {
+                    return size;
+                }
+            } catch (NumberFormatException e) {
+                // reported below
+            }
+            throw new IOException("strata tier sent a malformed chunk size: " + abbreviate(sizeLine));
+        }
+
+        private void readFully(byte[] b, int off, int len) throws IOException {
+            while (len > 0) {
+                int n = read(b, off, len);
+                if (n < 0) {
+                    throw new EOFException("strata tier closed the connection in the middle of a response body");
+                }
+                off += n;
+                len -= n;
             }
         }
 
@@ -568,29 +920,22 @@ final class TierHttp {
     // -------------------------------------------------------------------------------------------
 
     /**
-     * A response body. Ends exactly where the head said (a connection that closes earlier is an
-     * error, never a short body). Once read to its end, its connection goes back to the pool;
+     * The live body of a fetch: exactly Content-Length bytes (a connection that closes earlier is
+     * an error, never a short body). Once read to its end, its connection goes back to the pool;
      * closed earlier, it is drained when little is left, else its connection is closed.
      */
     final class Body extends InputStream {
         private Conn conn;
-        /** Bytes left of a fixed-length body or of the current chunk. */
-        private long left;
-        private final boolean chunked;
-        private final boolean reusable;
         private final long length;
+        private final boolean reusable;
         private long read;
         private boolean done;
-        /** A chunked body's first chunk was read (later size lines follow a CRLF). */
-        private boolean sawChunk;
 
-        Body(Conn conn, long length, boolean chunked, boolean reusable) {
+        Body(Conn conn, long length, boolean reusable) {
             this.conn = conn;
             this.length = length;
-            this.chunked = chunked;
             this.reusable = reusable;
-            this.left = chunked ? 0 : length;
-            if (!chunked && length == 0) {
+            if (length == 0) {
                 finish();
             }
         }
@@ -599,18 +944,6 @@ final class TierHttp {
         long bytesRead() {
             return read;
         }
-
-        /** The body's length from its head, or -1 (chunked, or until the connection closes). */
-        long length() {
-            return chunked ? -1 : length;
-        }
-
-        /** Whether this body came over the Unix socket (for tests). */
-        boolean overUnixSocket() {
-            return conn != null ? conn.unix : lastUnix;
-        }
-
-        private boolean lastUnix;
 
         @Override
         public int read() throws IOException {
@@ -631,62 +964,17 @@ final class TierHttp {
             if (len == 0) {
                 return 0;
             }
-            if (chunked && left == 0) {
-                if (!nextChunk()) {
-                    return -1;
-                }
-            }
-            if (length < 0 && !chunked) {
-                int n = conn.read(b, off, len);
-                if (n < 0) {
-                    finish();
-                    return -1;
-                }
-                read += n;
-                return n;
-            }
-            int n = conn.read(b, off, (int) Math.min(len, left));
+            int n = conn.read(b, off, (int) Math.min(len, length - read));
             if (n < 0) {
                 drop();
-                throw new EOFException("strata tier response body ended after " + read + " bytes"
-                    + (chunked ? " (in the middle of a chunk)" : " of " + length)
+                throw new EOFException("strata tier response body ended after " + read + " bytes of " + length
                     + ": strata tier failed while sending it or went away (see its log)");
             }
-            left -= n;
             read += n;
-            if (left == 0 && !chunked) {
+            if (read == length) {
                 finish();
             }
             return n;
-        }
-
-        /** Reads the next chunk's size line; false after the last chunk (and its trailers). */
-        private boolean nextChunk() throws IOException {
-            if (sawChunk && !conn.line().isEmpty()) {
-                throw new IOException("strata tier sent a malformed chunked body");
-            }
-            sawChunk = true;
-            String sizeLine = conn.line();
-            int semi = sizeLine.indexOf(';');
-            String hex = (semi >= 0 ? sizeLine.substring(0, semi) : sizeLine).trim();
-            long size;
-            try {
-                size = Long.parseLong(hex, 16);
-            } catch (NumberFormatException e) {
-                size = -1;
-            }
-            if (size < 0) {
-                throw new IOException("strata tier sent a malformed chunk size: " + abbreviate(sizeLine));
-            }
-            if (size == 0) {
-                while (!conn.line().isEmpty()) {
-                    // trailers are ignored
-                }
-                finish();
-                return false;
-            }
-            left = size;
-            return true;
         }
 
         /** The body ended: its connection goes back to the pool (or is closed). */
@@ -697,7 +985,6 @@ final class TierHttp {
             if (c == null) {
                 return;
             }
-            lastUnix = c.unix;
             if (reusable) {
                 release(c);
             } else {
@@ -710,17 +997,8 @@ final class TierHttp {
             Conn c = conn;
             conn = null;
             if (c != null) {
-                lastUnix = c.unix;
                 c.close();
             }
-        }
-
-        /** Bytes of a fixed-length body not read yet (-1 when unknown). */
-        long remaining() {
-            if (done) {
-                return 0;
-            }
-            return chunked || length < 0 ? -1 : left;
         }
 
         @Override
@@ -729,8 +1007,8 @@ final class TierHttp {
                 done = true;
                 return;
             }
-            long rest = remaining();
-            if (reusable && rest > 0 && rest <= DRAIN_MAX) {
+            long rest = length - read;
+            if (reusable && rest <= DRAIN_MAX) {
                 try {
                     byte[] sink = new byte[(int) Math.min(rest, 64 * 1024)];
                     while (!done) {

@@ -11,8 +11,6 @@ import org.apache.kafka.server.log.remote.storage.RemoteResourceNotFoundExceptio
 import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
 import org.apache.kafka.server.log.remote.storage.RemoteStorageManager.IndexType;
 
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
@@ -20,7 +18,6 @@ import org.junit.jupiter.params.provider.EnumSource;
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.io.InputStream;
-import java.io.OutputStream;
 import java.net.ConnectException;
 import java.net.InetAddress;
 import java.net.ServerSocket;
@@ -51,7 +48,7 @@ import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTimeoutPreemptively;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
-class StrataRemoteStorageManagerTest {
+class StrataRemoteStorageManagerTest extends FakeTierTest {
 
     // Kafka Uuid.toString() is URL-safe base64 without padding: bytes 0x00..0x0f and 0x10..0x1f.
     static final String TOPIC_ID = "AAECAwQFBgcICQoLDA0ODw";
@@ -62,29 +59,18 @@ class StrataRemoteStorageManagerTest {
         + "\"max_timestamp_ms\":1700000000123,\"event_timestamp_ms\":1700000000456,\"broker_id\":1,"
         + "\"segment_size_bytes\":4096,\"leader_epochs\":[[0,100],[2,150]]}";
 
-    FakeTier tier;
-    StrataRemoteStorageManager rsm;
-
-    @BeforeEach
-    void setUp() throws IOException {
-        tier = new FakeTier();
-        rsm = new StrataRemoteStorageManager();
-        rsm.configure(Map.of(BridgeConfig.ENDPOINT, tier.endpoint()));
-    }
-
-    @AfterEach
-    void tearDown() throws Exception {
-        rsm.close();
-        tier.close();
-    }
-
     static RemoteLogSegmentMetadata segment(String topic) {
+        return segment(topic, 4096);
+    }
+
+    /** The test segment with a {@code .log} of {@code sizeBytes}. */
+    static RemoteLogSegmentMetadata segment(String topic, int sizeBytes) {
         TopicIdPartition tip = new TopicIdPartition(Uuid.fromString(TOPIC_ID), 3, topic);
         RemoteLogSegmentId id = new RemoteLogSegmentId(tip, Uuid.fromString(SEGMENT_ID));
         Map<Integer, Long> epochs = new HashMap<>();
         epochs.put(2, 150L);
         epochs.put(0, 100L);
-        return new RemoteLogSegmentMetadata(id, 100L, 199L, 1_700_000_000_123L, 1, 1_700_000_000_456L, 4096, epochs);
+        return new RemoteLogSegmentMetadata(id, 100L, 199L, 1_700_000_000_123L, 1, 1_700_000_000_456L, sizeBytes, epochs);
     }
 
     static RemoteLogSegmentMetadata segment() {
@@ -151,7 +137,7 @@ class StrataRemoteStorageManagerTest {
 
     @Test
     void copyReturnsDecodedCustomMetadata() throws Exception {
-        tier.respond((ex, req) -> FakeTier.send(ex, 200, " {\n  \"custom_metadata\" : \"AQID/w==\" }\n"));
+        tier.respond(req -> FakeTier.Reply.of(200, " {\n  \"custom_metadata\" : \"AQID/w==\" }\n"));
 
         Optional<CustomMetadata> result =
             rsm.copyLogSegmentData(segment(), segmentData(Path.of("/d"), false, ByteBuffer.allocate(0)));
@@ -163,7 +149,7 @@ class StrataRemoteStorageManagerTest {
 
     @Test
     void copyRejectsMalformedResponse() {
-        tier.respond((ex, req) -> FakeTier.send(ex, 200, "OK"));
+        tier.respond(req -> FakeTier.Reply.of(200, "OK"));
 
         RemoteStorageException e = assertThrows(RemoteStorageException.class,
             () -> rsm.copyLogSegmentData(segment(), segmentData(Path.of("/d"), false, ByteBuffer.allocate(0))));
@@ -172,7 +158,7 @@ class StrataRemoteStorageManagerTest {
 
     @Test
     void copyHttp500CarriesBodyText() {
-        tier.respond((ex, req) -> FakeTier.send(ex, 500, "upload to bucket failed: AccessDenied\n"));
+        tier.respond(req -> FakeTier.Reply.of(500, "upload to bucket failed: AccessDenied\n"));
 
         RemoteStorageException e = assertThrows(RemoteStorageException.class,
             () -> rsm.copyLogSegmentData(segment(), segmentData(Path.of("/d"), false, ByteBuffer.allocate(0))));
@@ -183,7 +169,7 @@ class StrataRemoteStorageManagerTest {
     @Test
     void errorBodyIsCapped() {
         String huge = "x".repeat(20_000);
-        tier.respond((ex, req) -> FakeTier.send(ex, 502, huge));
+        tier.respond(req -> FakeTier.Reply.of(502, huge));
 
         RemoteStorageException e = assertThrows(RemoteStorageException.class,
             () -> rsm.fetchLogSegment(segment(), 0));
@@ -197,14 +183,12 @@ class StrataRemoteStorageManagerTest {
     void fetchFromStartSendsNullEndAndStreamsBytesUnchanged() throws Exception {
         byte[] payload = new byte[3 * 1024 * 1024 + 17];
         new Random(42).nextBytes(payload);
-        tier.respond((ex, req) -> {
-            ex.sendResponseHeaders(200, 0); // chunked
-            try (OutputStream out = ex.getResponseBody()) {
-                for (int off = 0; off < payload.length; off += 65536) {
-                    out.write(payload, off, Math.min(65536, payload.length - off));
-                }
+        tier.respond(req -> FakeTier.Reply.streamed(200, payload.length, out -> {
+            for (int off = 0; off < payload.length; off += 65536) {
+                out.write(payload, off, Math.min(65536, payload.length - off));
+                out.flush();
             }
-        });
+        }));
 
         byte[] got;
         try (InputStream in = rsm.fetchLogSegment(segment(), 4242)) {
@@ -225,13 +209,13 @@ class StrataRemoteStorageManagerTest {
         new Random(11).nextBytes(segmentBytes);
         java.util.regex.Pattern field = java.util.regex.Pattern.compile(
             "\"start_position\":(\\d+),\"end_position\":null,\"max_bytes\":(\\d+)}$");
-        tier.respond((ex, req) -> {
+        tier.respond(req -> {
             java.util.regex.Matcher m = field.matcher(req.bodyText());
             assertTrue(m.find(), req.bodyText());
             int from = Integer.parseInt(m.group(1));
             int max = Integer.parseInt(m.group(2));
             int to = Math.min(segmentBytes.length, from + max);
-            FakeTier.send(ex, 200, Arrays.copyOfRange(segmentBytes, from, to));
+            return FakeTier.Reply.of(200, Arrays.copyOfRange(segmentBytes, from, to));
         });
 
         int start = 1000;
@@ -259,7 +243,7 @@ class StrataRemoteStorageManagerTest {
 
     @Test
     void fetchRangeSendsInclusiveEnd() throws Exception {
-        tier.respond((ex, req) -> FakeTier.send(ex, 200, new byte[] {0, 1, 2, (byte) 0xff}));
+        tier.respond(req -> FakeTier.Reply.of(200, new byte[] {0, 1, 2, (byte) 0xff}));
 
         byte[] got;
         try (InputStream in = rsm.fetchLogSegment(segment(), 10, 13)) {
@@ -280,18 +264,15 @@ class StrataRemoteStorageManagerTest {
         byte[] tail = new byte[32 * 1024];
         new Random(7).nextBytes(head);
         new Random(8).nextBytes(tail);
-        tier.respond((ex, req) -> {
-            ex.sendResponseHeaders(200, 0);
-            try (OutputStream out = ex.getResponseBody()) {
-                out.write(head);
-                out.flush();
-                // The rest comes only once the client has consumed the head through the stream.
-                if (!releaseRest.await(30, TimeUnit.SECONDS)) {
-                    return;
-                }
-                out.write(tail);
+        tier.respond(req -> FakeTier.Reply.streamed(200, head.length + tail.length, out -> {
+            out.write(head);
+            out.flush();
+            // The rest comes only once the client has consumed the head through the stream.
+            if (!releaseRest.await(30, TimeUnit.SECONDS)) {
+                return;
             }
-        });
+            out.write(tail);
+        }));
 
         assertTimeoutPreemptively(Duration.ofSeconds(10), () -> {
             try (InputStream in = rsm.fetchLogSegment(segment(), 0)) {
@@ -304,16 +285,13 @@ class StrataRemoteStorageManagerTest {
 
     @Test
     void fetchTimeoutCoversHeadersOnlyNotASlowBody() throws Exception {
-        rsm.configure(Map.of(BridgeConfig.ENDPOINT, tier.endpoint(), BridgeConfig.FETCH_TIMEOUT_MS, "400"));
-        tier.respond((ex, req) -> {
-            ex.sendResponseHeaders(200, 0);
-            try (OutputStream out = ex.getResponseBody()) {
-                out.write(new byte[] {1, 2});
-                out.flush();
-                Thread.sleep(1200);
-                out.write(new byte[] {3});
-            }
-        });
+        rsm.configure(config(BridgeConfig.ENDPOINT, tier.endpoint(), BridgeConfig.FETCH_TIMEOUT_MS, "400"));
+        tier.respond(req -> FakeTier.Reply.streamed(200, 3, out -> {
+            out.write(new byte[] {1, 2});
+            out.flush();
+            Thread.sleep(1200);
+            out.write(new byte[] {3});
+        }));
 
         try (InputStream in = rsm.fetchLogSegment(segment(), 0)) {
             assertArrayEquals(new byte[] {1, 2, 3}, in.readAllBytes());
@@ -322,10 +300,10 @@ class StrataRemoteStorageManagerTest {
 
     @Test
     void fetchTimeoutOnHeaders() {
-        rsm.configure(Map.of(BridgeConfig.ENDPOINT, tier.endpoint(), BridgeConfig.FETCH_TIMEOUT_MS, "300"));
-        tier.respond((ex, req) -> {
+        rsm.configure(config(BridgeConfig.ENDPOINT, tier.endpoint(), BridgeConfig.FETCH_TIMEOUT_MS, "300"));
+        tier.respond(req -> {
             Thread.sleep(3000);
-            FakeTier.send(ex, 200, "late");
+            return FakeTier.Reply.of(200, "late");
         });
 
         RemoteStorageException e = assertThrows(RemoteStorageException.class, () -> rsm.fetchLogSegment(segment(), 0));
@@ -336,7 +314,7 @@ class StrataRemoteStorageManagerTest {
 
     @Test
     void fetch404IsRemoteResourceNotFound() {
-        tier.respond((ex, req) -> FakeTier.send(ex, 404, "segment EBESExQVFhcYGRobHB0eHw not found"));
+        tier.respond(req -> FakeTier.Reply.of(404, "segment EBESExQVFhcYGRobHB0eHw not found"));
 
         RemoteStorageException e = assertThrows(RemoteStorageException.class, () -> rsm.fetchLogSegment(segment(), 0, 99));
         assertEquals(RemoteResourceNotFoundException.class, e.getClass());
@@ -345,7 +323,7 @@ class StrataRemoteStorageManagerTest {
 
     @Test
     void fetch500IsRemoteStorageExceptionWithBody() {
-        tier.respond((ex, req) -> FakeTier.send(ex, 500, "boom"));
+        tier.respond(req -> FakeTier.Reply.of(500, "boom"));
 
         RemoteStorageException e = assertThrows(RemoteStorageException.class, () -> rsm.fetchLogSegment(segment(), 0));
         assertEquals(RemoteStorageException.class, e.getClass());
@@ -366,7 +344,7 @@ class StrataRemoteStorageManagerTest {
     @EnumSource(IndexType.class)
     void fetchIndexSendsEnumNameAndStreamsBytes(IndexType type) throws Exception {
         byte[] bytes = ("index-bytes-" + type).getBytes(StandardCharsets.UTF_8);
-        tier.respond((ex, req) -> FakeTier.send(ex, 200, bytes));
+        tier.respond(req -> FakeTier.Reply.of(200, bytes));
 
         byte[] got;
         try (InputStream in = rsm.fetchIndex(segment(), type)) {
@@ -381,7 +359,7 @@ class StrataRemoteStorageManagerTest {
 
     @Test
     void missingTransactionIndexIsRemoteResourceNotFound() {
-        tier.respond((ex, req) -> FakeTier.send(ex, 404, "no transaction index"));
+        tier.respond(req -> FakeTier.Reply.of(404, "no transaction index"));
 
         RemoteStorageException e = assertThrows(RemoteStorageException.class,
             () -> rsm.fetchIndex(segment(), IndexType.TRANSACTION));
@@ -391,7 +369,7 @@ class StrataRemoteStorageManagerTest {
 
     @Test
     void notFoundWithEmptyBodyGetsAMessage() {
-        tier.respond((ex, req) -> FakeTier.send(ex, 404, ""));
+        tier.respond(req -> FakeTier.Reply.of(404, ""));
 
         RemoteStorageException e = assertThrows(RemoteStorageException.class,
             () -> rsm.fetchIndex(segment(), IndexType.TRANSACTION));
@@ -403,7 +381,7 @@ class StrataRemoteStorageManagerTest {
 
     @Test
     void deleteSendsExactJsonAndAccepts204() throws Exception {
-        tier.respond((ex, req) -> FakeTier.send(ex, 204, ""));
+        tier.respond(req -> FakeTier.Reply.of(204, ""));
 
         rsm.deleteLogSegmentData(segment());
 
@@ -414,7 +392,7 @@ class StrataRemoteStorageManagerTest {
 
     @Test
     void deleteAccepts200WithBody() throws Exception {
-        tier.respond((ex, req) -> FakeTier.send(ex, 200, "{\"deleted\":true}"));
+        tier.respond(req -> FakeTier.Reply.of(200, "{\"deleted\":true}"));
 
         rsm.deleteLogSegmentData(segment());
 
@@ -423,7 +401,7 @@ class StrataRemoteStorageManagerTest {
 
     @Test
     void delete404IsAnErrorButNeverRemoteResourceNotFound() {
-        tier.respond((ex, req) -> FakeTier.send(ex, 404, "no such route"));
+        tier.respond(req -> FakeTier.Reply.of(404, "no such route"));
 
         RemoteStorageException e = assertThrows(RemoteStorageException.class, () -> rsm.deleteLogSegmentData(segment()));
         assertEquals(RemoteStorageException.class, e.getClass());
@@ -432,7 +410,7 @@ class StrataRemoteStorageManagerTest {
 
     @Test
     void delete500CarriesBody() {
-        tier.respond((ex, req) -> FakeTier.send(ex, 500, "bucket unreachable"));
+        tier.respond(req -> FakeTier.Reply.of(500, "bucket unreachable"));
 
         RemoteStorageException e = assertThrows(RemoteStorageException.class, () -> rsm.deleteLogSegmentData(segment()));
         assertEquals(RemoteStorageException.class, e.getClass());
@@ -451,7 +429,7 @@ class StrataRemoteStorageManagerTest {
     void connectionRefusedNamesEndpointAndHint() throws Exception {
         String endpoint = "http://127.0.0.1:" + closedPort();
         StrataRemoteStorageManager down = new StrataRemoteStorageManager();
-        down.configure(Map.of(BridgeConfig.ENDPOINT, endpoint)); // must not contact the service
+        down.configure(config(BridgeConfig.ENDPOINT, endpoint)); // must not contact the service
         try {
             RemoteStorageException e = assertThrows(RemoteStorageException.class,
                 () -> down.copyLogSegmentData(segment(), segmentData(Path.of("/d"), false, ByteBuffer.allocate(0))));
@@ -488,7 +466,7 @@ class StrataRemoteStorageManagerTest {
                 }
                 String endpoint = "http://127.0.0.1:" + stuck.getLocalPort();
                 StrataRemoteStorageManager slow = new StrataRemoteStorageManager();
-                slow.configure(Map.of(BridgeConfig.ENDPOINT, endpoint, BridgeConfig.CONNECT_TIMEOUT_MS, "250"));
+                slow.configure(config(BridgeConfig.ENDPOINT, endpoint, BridgeConfig.CONNECT_TIMEOUT_MS, "250"));
                 try {
                     RemoteStorageException e = assertThrows(RemoteStorageException.class,
                         () -> slow.deleteLogSegmentData(segment()));
@@ -509,17 +487,18 @@ class StrataRemoteStorageManagerTest {
     @Test
     void configureDoesNotContactTheService() throws Exception {
         StrataRemoteStorageManager other = new StrataRemoteStorageManager();
-        other.configure(Map.of(BridgeConfig.ENDPOINT, tier.endpoint(), "broker.id", 7));
+        other.configure(config(BridgeConfig.ENDPOINT, tier.endpoint(), "broker.id", 7));
         Thread.sleep(200);
         other.close();
+        assertEquals(List.of(), tier.hellos);
         assertEquals(List.of(), tier.requests);
     }
 
     @Test
     void interruptedCallRestoresFlag() {
-        tier.respond((ex, req) -> {
+        tier.respond(req -> {
             Thread.sleep(5000);
-            FakeTier.send(ex, 200, "late");
+            return FakeTier.Reply.of(200, "late");
         });
         Thread.currentThread().interrupt();
         try {
@@ -535,7 +514,7 @@ class StrataRemoteStorageManagerTest {
 
     @Test
     void healthUsesGet() throws Exception {
-        tier.respond((ex, req) -> FakeTier.send(ex, 200, "ok"));
+        tier.respond(req -> FakeTier.Reply.of(200, "ok"));
 
         assertTrue(rsm.healthy());
 
@@ -547,8 +526,8 @@ class StrataRemoteStorageManagerTest {
 
     @Test
     void endpointPathPrefixIsKept() throws Exception {
-        rsm.configure(Map.of(BridgeConfig.ENDPOINT, tier.endpoint() + "/strata/"));
-        tier.respond((ex, req) -> FakeTier.send(ex, 204, ""));
+        rsm.configure(config(BridgeConfig.ENDPOINT, tier.endpoint() + "/strata/"));
+        tier.respond(req -> FakeTier.Reply.of(204, ""));
 
         rsm.deleteLogSegmentData(segment());
 
@@ -559,10 +538,11 @@ class StrataRemoteStorageManagerTest {
     void callsBeforeConfigureOrAfterCloseFail() {
         StrataRemoteStorageManager fresh = new StrataRemoteStorageManager();
         assertThrows(IllegalStateException.class, () -> fresh.fetchLogSegment(segment(), 0));
-        fresh.configure(Map.of(BridgeConfig.ENDPOINT, tier.endpoint()));
+        fresh.configure(config(BridgeConfig.ENDPOINT, tier.endpoint()));
         fresh.close();
         fresh.close(); // idempotent
         assertThrows(IllegalStateException.class, () -> fresh.deleteLogSegmentData(segment()));
+        assertEquals(List.of(), tier.hellos);
         assertEquals(List.of(), tier.requests);
     }
 
@@ -570,10 +550,10 @@ class StrataRemoteStorageManagerTest {
     void configureRejectsBadValuesNamingTheKey() {
         StrataRemoteStorageManager fresh = new StrataRemoteStorageManager();
         ConfigException e = assertThrows(ConfigException.class,
-            () -> fresh.configure(Map.of(BridgeConfig.COPY_TIMEOUT_MS, "five minutes")));
+            () -> fresh.configure(config(BridgeConfig.COPY_TIMEOUT_MS, "five minutes")));
         assertTrue(e.getMessage().contains("strata.copy.timeout.ms"), e.getMessage());
         ConfigException f = assertThrows(ConfigException.class,
-            () -> fresh.configure(Map.of(BridgeConfig.ENDPOINT, "127.0.0.1:9190")));
+            () -> fresh.configure(config(BridgeConfig.ENDPOINT, "127.0.0.1:9190")));
         assertTrue(f.getMessage().contains("strata.endpoint"), f.getMessage());
     }
 
