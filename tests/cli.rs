@@ -231,3 +231,37 @@ fn http_get(url: &str) -> std::io::Result<String> {
     s.read_to_string(&mut out)?;
     Ok(out)
 }
+
+#[test]
+fn tier_secret_writes_a_private_secret_once() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tier.secret");
+    let run = || {
+        Command::new(strata_bin())
+            .arg("tier-secret")
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let secret = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(secret.trim().len(), 64, "32 bytes in hex");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains(secret.trim()),
+        "the secret is not printed"
+    );
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    let again = run();
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("never overwritten"));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), secret, "kept");
+}
