@@ -440,3 +440,110 @@ fn regex_is_shown_as_written() {
     assert_eq!(c.tasks[0].topics.to_string(), "/audit\\..+/");
     assert!(c.tasks[0].topics.matches("audit.x") && !c.tasks[0].topics.matches("xaudit.x"));
 }
+
+#[test]
+fn example_toml_lists_every_key_and_the_refused_properties() {
+    use super::validate::*;
+    use std::collections::{BTreeMap, BTreeSet};
+    const EXAMPLE: &str = include_str!("../../config/example.toml");
+    const MARKER: &str = "# refused-properties:";
+
+    // Sections and their `key =` lines, commented out or not: "# [restore]" opens a section
+    // like "[restore]" does. Every [[tasks]] adds to one "tasks" section.
+    let mut sections: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut current = String::new();
+    let mut refused = None;
+    for line in EXAMPLE.lines() {
+        if let Some(list) = line.strip_prefix(MARKER) {
+            assert!(refused.is_none(), "two {MARKER:?} lines in example.toml");
+            refused = Some(list.to_string());
+            continue;
+        }
+        let text = line.trim_start_matches('#').trim();
+        let header = text
+            .strip_prefix("[[")
+            .and_then(|t| t.strip_suffix("]]"))
+            .or_else(|| text.strip_prefix('[').and_then(|t| t.strip_suffix(']')));
+        if let Some(name) = header.filter(|n| {
+            !n.is_empty()
+                && n.chars()
+                    .all(|c| c.is_ascii_lowercase() || c == '_' || c == '.')
+        }) {
+            current = name.to_string();
+            sections.entry(current.clone()).or_default();
+            continue;
+        }
+        if let Some((key, _)) = text.split_once(" = ") {
+            let is_key = !key.is_empty()
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+            if is_key && !current.is_empty() {
+                sections
+                    .entry(current.clone())
+                    .or_default()
+                    .insert(key.to_string());
+            }
+        }
+    }
+
+    let tables: &[(&str, &[&str])] = &[
+        ("kafka", KAFKA_KEYS),
+        ("store", STORE_KEYS),
+        ("limits", LIMITS_KEYS),
+        ("telemetry", TELEMETRY_KEYS),
+        ("tasks", TASK_KEYS),
+        ("restore", RESTORE_KEYS),
+        ("tier", TIER_KEYS),
+    ];
+    let mut problems = Vec::new();
+    for top in TOP_KEYS {
+        if !sections.contains_key(*top) {
+            problems.push(format!("no [{top}] section"));
+        }
+    }
+    for (table, keys) in tables {
+        let found = sections.get(*table).cloned().unwrap_or_default();
+        for key in *keys {
+            // A key whose value is a table ([kafka.properties], [restore.kafka]) has a header.
+            if !found.contains(*key) && !sections.contains_key(&format!("{table}.{key}")) {
+                problems.push(format!("{table}.{key}: no `{key} =` line in [{table}]"));
+            }
+        }
+        for key in &found {
+            if !keys.contains(&key.as_str()) {
+                problems.push(format!("{table}.{key}: not a key strata knows"));
+            }
+        }
+    }
+    // [restore.kafka] takes the keys of [kafka].
+    for key in sections.get("restore.kafka").into_iter().flatten() {
+        if !KAFKA_KEYS.contains(&key.as_str()) {
+            problems.push(format!("restore.kafka.{key}: not a key strata knows"));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "config/example.toml:\n  {}",
+        problems.join("\n  ")
+    );
+
+    let written: Vec<&str> = refused
+        .as_deref()
+        .unwrap_or_else(|| panic!("config/example.toml has no {MARKER:?} line"))
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect();
+    let written_set: BTreeSet<&str> = written.iter().copied().collect();
+    assert_eq!(
+        written.len(),
+        written_set.len(),
+        "a property is listed twice"
+    );
+    let owned: BTreeSet<&str> = OWNED_PROPERTIES.iter().map(|(p, _)| *p).collect();
+    assert_eq!(
+        written_set, owned,
+        "the {MARKER:?} line of config/example.toml differs from the properties strata refuses"
+    );
+}

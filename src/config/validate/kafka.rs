@@ -3,7 +3,7 @@
 use super::*;
 
 /// librdkafka properties strata sets itself; overriding them would break its guarantees.
-const OWNED_PROPERTIES: &[(&str, &str)] = &[
+pub(in crate::config) const OWNED_PROPERTIES: &[(&str, &str)] = &[
     ("bootstrap.servers", "kafka.bootstrap_servers"),
     ("security.protocol", "kafka.security_protocol"),
     ("sasl.mechanism", "kafka.sasl_mechanism"),

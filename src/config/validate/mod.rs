@@ -8,6 +8,10 @@ mod store;
 mod tasks;
 mod tier;
 
+/// The librdkafka properties `[kafka.properties]` may not set (config/example.toml lists them).
+#[cfg(test)]
+pub(super) use kafka::OWNED_PROPERTIES;
+
 use super::raw::*;
 use super::secret::{self, Secret};
 use super::size::RawSize;
