@@ -265,3 +265,337 @@ fn tier_secret_writes_a_private_secret_once() {
     assert!(String::from_utf8_lossy(&again.stderr).contains("never overwritten"));
     assert_eq!(std::fs::read_to_string(&path).unwrap(), secret, "kept");
 }
+
+/// The markdown files whose links are checked: the README, docs/, and the READMEs of bench/ and
+/// the bridge.
+fn doc_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = ["README.md", "bench/README.md", "bridge/kafka-rsm/README.md"]
+        .iter()
+        .map(std::path::PathBuf::from)
+        .collect();
+    let mut docs: Vec<_> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .map(|p| p.strip_prefix(root).unwrap().to_path_buf())
+        .collect();
+    docs.sort();
+    files.extend(docs);
+    files
+}
+
+#[test]
+fn doc_links_resolve_inside_the_repository() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let files = doc_files(root);
+    assert!(files.len() > 4, "docs/ has manuals: {files:?}");
+    let problems = markdown::check_links(root, &files);
+    assert!(
+        problems.is_empty(),
+        "broken links in the docs:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+#[test]
+fn doc_link_check_finds_broken_links() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("repo");
+    std::fs::create_dir_all(root.join("docs")).unwrap();
+    std::fs::write(dir.path().join("outside.md"), "# Outside\n").unwrap();
+    std::os::unix::fs::symlink(dir.path(), root.join("docs/up")).unwrap();
+    std::fs::write(
+        root.join("docs/a.md"),
+        "# A manual\n\n## Set-up, step 2 (`strata tier`)\n\n## Set-up, step 2 (`strata tier`)\n\n```sh\n# not a heading\n[in code](nowhere.md)\n```\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("README.md"),
+        "[ok](docs/a.md) [ok](docs/a.md#set-up-step-2-strata-tier) [ok](docs/a.md#set-up-step-2-strata-tier-1) \
+         [ok](#readme) [ok](<docs/a.md> \"title\") [web](https://example.com/x) `[code](gone.md)`\n\
+         # Readme\n\
+         [missing](docs/b.md) [anchor](docs/a.md#setup) [code-heading](docs/a.md#not-a-heading) \
+         [escape](../outside.md) [absolute](/etc/passwd) [file](file:///etc/passwd) [self](#nothing) \
+         [symlink](docs/up/outside.md)\n\
+         [ref]: docs/c.md\n",
+    )
+    .unwrap();
+    let files = ["README.md", "docs/a.md"].map(std::path::PathBuf::from);
+    let problems = markdown::check_links(&root, &files);
+    let bad = [
+        "docs/b.md",
+        "docs/a.md#setup",
+        "docs/a.md#not-a-heading",
+        "../outside.md",
+        "/etc/passwd",
+        "file:///etc/passwd",
+        "#nothing",
+        "docs/up/outside.md",
+        "docs/c.md",
+    ];
+    assert_eq!(problems.len(), bad.len(), "{problems:#?}");
+    for (p, b) in problems.iter().zip(bad) {
+        assert!(p.contains(&format!("({b})")), "{p} should be about {b}");
+    }
+}
+
+/// Just enough markdown for link checking, std only: fenced code blocks, code spans, ATX
+/// headings with GitHub's anchors, inline links and reference definitions.
+mod markdown {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::{Component, Path, PathBuf};
+
+    /// Lines outside fenced code blocks, with their numbers (from 1).
+    fn prose(text: &str) -> Vec<(usize, &str)> {
+        let mut fence: Option<(char, usize)> = None;
+        let mut out = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let t = line.trim_start();
+            let marker = t.chars().next().filter(|c| *c == '`' || *c == '~');
+            let run = marker.map_or(0, |m| t.chars().take_while(|c| *c == m).count());
+            match (fence, marker) {
+                (None, Some(m)) if run >= 3 => fence = Some((m, run)),
+                (Some((m, n)), Some(c)) if c == m && run >= n && t[run..].trim().is_empty() => {
+                    fence = None
+                }
+                (None, _) => out.push((i + 1, line)),
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// The line with the contents of code spans blanked out (backticks kept).
+    fn without_code_spans(line: &str) -> String {
+        let chars: Vec<char> = line.chars().collect();
+        let mut out = String::new();
+        let mut i = 0;
+        while i < chars.len() {
+            if chars[i] != '`' {
+                out.push(chars[i]);
+                i += 1;
+                continue;
+            }
+            let n = chars[i..].iter().take_while(|c| **c == '`').count();
+            let close = (i + n..chars.len()).find(|&j| {
+                chars[j..].iter().take_while(|c| **c == '`').count() == n
+                    && (j == 0 || chars[j - 1] != '`')
+            });
+            match close {
+                Some(j) => {
+                    out.extend(std::iter::repeat_n('`', n));
+                    out.extend(std::iter::repeat_n('x', j - i - n));
+                    out.extend(std::iter::repeat_n('`', n));
+                    i = j + n;
+                }
+                None => {
+                    out.extend(&chars[i..i + n]);
+                    i += n;
+                }
+            }
+        }
+        out
+    }
+
+    /// GitHub's anchor of a heading: lowercase, drop punctuation except '-' and '_', spaces
+    /// to '-'.
+    pub fn slug(heading: &str) -> String {
+        heading
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, ' ' | '-' | '_'))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect()
+    }
+
+    /// The anchors of a markdown file's headings; repeated headings get "-1", "-2" ... as on
+    /// GitHub.
+    pub fn anchors(text: &str) -> BTreeSet<String> {
+        let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+        let mut out = BTreeSet::new();
+        for (_, line) in prose(text) {
+            let indent = line.len() - line.trim_start_matches(' ').len();
+            let t = line.trim_start_matches(' ');
+            let level = t.chars().take_while(|c| *c == '#').count();
+            if indent > 3 || !(1..=6).contains(&level) {
+                continue;
+            }
+            let rest = &t[level..];
+            if !(rest.is_empty() || rest.starts_with(' ')) {
+                continue;
+            }
+            let base = slug(rest.trim().trim_end_matches('#'));
+            let n = seen.entry(base.clone()).or_insert(0);
+            out.insert(if *n == 0 {
+                base.clone()
+            } else {
+                format!("{base}-{n}")
+            });
+            *n += 1;
+        }
+        out
+    }
+
+    /// Link targets of one line: inline links and images `[text](target "title")` and
+    /// reference definitions `[label]: target`.
+    fn targets(line: &str) -> Vec<String> {
+        let line = without_code_spans(line);
+        let mut out = Vec::new();
+        let t = line.trim_start();
+        if t.starts_with('[') && line.len() - t.len() <= 3 {
+            if let Some((label, rest)) = t[1..].split_once("]:") {
+                if !label.is_empty() && !label.contains(']') {
+                    if let Some(target) = rest.split_whitespace().next() {
+                        out.push(target.trim_matches(['<', '>']).to_string());
+                    }
+                    return out;
+                }
+            }
+        }
+        let mut from = 0;
+        while let Some(at) = line[from..].find("](") {
+            let start = from + at + 2;
+            let mut depth = 0usize;
+            let mut end = line.len();
+            for (j, c) in line[start..].char_indices() {
+                match c {
+                    '(' => depth += 1,
+                    ')' if depth == 0 => {
+                        end = start + j;
+                        break;
+                    }
+                    ')' => depth -= 1,
+                    _ => {}
+                }
+            }
+            let inner = line[start..end].trim();
+            let target = match inner.strip_prefix('<') {
+                Some(r) => r.split('>').next().unwrap_or_default(),
+                None => inner.split_whitespace().next().unwrap_or_default(),
+            };
+            out.push(target.to_string());
+            from = end.min(line.len());
+        }
+        out
+    }
+
+    fn percent_decoded(s: &str) -> String {
+        let b = s.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            let hex = (b[i] == b'%' && i + 2 < b.len())
+                .then(|| std::str::from_utf8(&b[i + 1..i + 3]).ok())
+                .flatten()
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            match hex {
+                Some(v) => {
+                    out.push(v);
+                    i += 3;
+                }
+                None => {
+                    out.push(b[i]);
+                    i += 1;
+                }
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// Where `target`, linked from `file`, points: a path relative to the repository root, or
+    /// why it points nowhere in the repository.
+    fn resolve(file: &Path, target: &str) -> Result<PathBuf, &'static str> {
+        let scheme = target
+            .split_once(':')
+            .is_some_and(|(s, _)| !s.is_empty() && !s.contains('/') && !s.contains('#'));
+        if scheme {
+            return Err("points outside the repository (a URL)");
+        }
+        if target.starts_with('/') {
+            return Err("is an absolute path; link relative to the file");
+        }
+        let mut parts: Vec<std::ffi::OsString> = Vec::new();
+        let base = file.parent().unwrap_or(Path::new(""));
+        for c in base.join(percent_decoded(target)).components() {
+            match c {
+                Component::Normal(p) => parts.push(p.to_os_string()),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    if parts.pop().is_none() {
+                        return Err("escapes the repository");
+                    }
+                }
+                Component::RootDir | Component::Prefix(_) => {
+                    return Err("is an absolute path; link relative to the file")
+                }
+            }
+        }
+        Ok(parts.iter().collect())
+    }
+
+    /// Every broken link of `files` (paths relative to `root`), as "file:line: (target) why".
+    pub fn check_links(root: &Path, files: &[PathBuf]) -> Vec<String> {
+        let real_root = root.canonicalize().unwrap();
+        let mut anchor_cache: BTreeMap<PathBuf, BTreeSet<String>> = BTreeMap::new();
+        let mut problems = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(root.join(file))
+                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+            for (n, line) in prose(&text) {
+                for target in targets(line) {
+                    if target.starts_with("http://")
+                        || target.starts_with("https://")
+                        || target.starts_with("mailto:")
+                    {
+                        continue;
+                    }
+                    let (path, anchor) = match target.split_once('#') {
+                        Some((p, a)) => (p, Some(a)),
+                        None => (target.as_str(), None),
+                    };
+                    let mut report = |why: &str| {
+                        problems.push(format!("{}:{n}: ({target}) {why}", file.display()))
+                    };
+                    let rel = if path.is_empty() {
+                        file.clone()
+                    } else {
+                        match resolve(file, path) {
+                            Ok(rel) => rel,
+                            Err(why) => {
+                                report(why);
+                                continue;
+                            }
+                        }
+                    };
+                    let full = root.join(&rel);
+                    match full.canonicalize() {
+                        Err(_) => {
+                            report(&format!("names {}, which does not exist", rel.display()));
+                            continue;
+                        }
+                        Ok(real) if !real.starts_with(&real_root) => {
+                            report("leads outside the repository (through a link)");
+                            continue;
+                        }
+                        Ok(_) => {}
+                    }
+                    let Some(anchor) = anchor else { continue };
+                    if !(full.is_file() && rel.extension().is_some_and(|e| e == "md")) {
+                        continue;
+                    }
+                    let anchors = anchor_cache.entry(rel.clone()).or_insert_with(|| {
+                        anchors(&std::fs::read_to_string(&full).unwrap_or_default())
+                    });
+                    if !anchors.contains(&percent_decoded(anchor)) {
+                        report(&format!(
+                            "{} has no heading with the anchor #{anchor}",
+                            rel.display()
+                        ));
+                    }
+                }
+            }
+        }
+        problems
+    }
+}
