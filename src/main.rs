@@ -54,9 +54,15 @@ enum Command {
     Dump {
         #[arg(long, short)]
         config: PathBuf,
-        /// Read up to the high watermarks noted at start, store, commit and exit (for cron).
+        /// Read up to the high watermarks noted at start, store, commit and exit (for cron):
+        /// exit 0 only once every partition is archived that far, by this run or by another
+        /// member of the task's group.
         #[arg(long)]
         once: bool,
+        /// With --once: give up after this many seconds with exit code 3, naming the partitions
+        /// not covered.
+        #[arg(long, value_name = "SECS", default_value_t = 600, requires = "once")]
+        once_deadline: u64,
     },
     /// Replay archived objects back into Kafka (flags override the config file).
     Restore(Box<RestoreArgs>),
@@ -227,17 +233,33 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::Dump { config, once } => {
+        Command::Dump {
+            config,
+            once,
+            once_deadline,
+        } => {
             let cfg = match load(&config) {
                 Ok(c) => c,
                 Err(code) => return Ok(code),
             };
             let stop = start_mode(&cfg, cli.log_format).await?;
-            let summaries = strata::dump::run(&cfg, strata::dump::DumpOptions { once }, stop)
-                .await
-                .context("dump failed")?;
+            let opts = strata::dump::DumpOptions {
+                once,
+                once_deadline: std::time::Duration::from_secs(once_deadline),
+            };
+            let summaries = match strata::dump::run(&cfg, opts, stop).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::error!("dump failed: {e}");
+                    eprintln!("error: dump failed: {e}");
+                    return Ok(ExitCode::from(e.exit_code()));
+                }
+            };
             for s in summaries {
                 tracing::info!(task = %s.task, objects = s.objects, records = s.records, bytes = s.bytes, "done");
+                for p in &s.partitions {
+                    tracing::info!(task = %s.task, topic = %p.topic, partition = p.partition, from = p.from, to = p.to, covered_by = p.coverage.as_str(), "partition");
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

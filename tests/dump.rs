@@ -319,7 +319,10 @@ async fn once_with_a_missing_topic_fails_clearly() {
     ));
     let err = strata::dump::run(
         &cfg,
-        strata::dump::DumpOptions { once: true },
+        strata::dump::DumpOptions {
+            once: true,
+            ..Default::default()
+        },
         Arc::new(AtomicBool::new(false)),
     )
     .await

@@ -30,6 +30,7 @@ pub mod defaults {
     pub const MAX_TASKS: u32 = 18;
     pub const MAX_TOPICS: usize = 20;
     pub const BUFFER_MEMORY: ByteSize = ByteSize::mib(256);
+    pub const LEFTOVER_AGE_SECS: u64 = 3600;
     pub const DUMP_INTERVAL_SECS: u64 = 300;
     pub const MAX_FILE_SIZE: ByteSize = ByteSize::mib(64);
     pub const TOPIC_REFRESH_SECS: u64 = 30;
@@ -262,6 +263,9 @@ impl StoreConfig {
 pub struct Limits {
     pub max_tasks: u32,
     pub buffer_memory: ByteSize,
+    /// Incomplete uploads (and `file://` temp files) older than a task's dump interval plus
+    /// this are a crash's leftovers: removed when the task starts.
+    pub leftover_age: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

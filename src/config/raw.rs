@@ -79,6 +79,7 @@ pub struct RawStore {
 pub struct RawLimits {
     pub max_tasks: Option<u32>,
     pub buffer_memory: Option<RawSize>,
+    pub leftover_age_secs: Option<u64>,
     #[serde(flatten)]
     pub unknown: Unknown,
 }

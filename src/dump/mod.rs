@@ -1,19 +1,29 @@
 //! Dump mode: every task of the file reads its topics and writes time-partitioned archive
 //! objects, exactly once (an offset is committed only after its object is stored).
 //!
-//! Each task runs on its own thread with its own consumer group; the buffer budget is shared
-//! out evenly between tasks. Several processes with the same file share the partitions.
+//! A task is a pipeline whose data flows one way, each stage in its own file: `poll` (reads
+//! and routes records, owns the consumer and its commits) → `writer` (encodes each partition's
+//! open object, cuts it into parts) → `upload` (streams parts to the store; per partition,
+//! makes objects visible in order and has their offsets committed). `once` decides when a
+//! `--once` run covered every partition. The buffer budget is shared out between tasks, and
+//! within a task between the stages.
 
+mod batch;
+mod budget;
 mod consumer;
+mod once;
+mod poll;
 pub mod roll;
-mod staging;
-mod worker;
+mod upload;
+mod writer;
+
+pub use once::{Coverage, PartitionReport};
 
 use crate::config::Config;
 use crate::kafka::KafkaError;
 use crate::store::StoreError;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// What a finished task did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -22,6 +32,8 @@ pub struct Summary {
     pub objects: u64,
     pub records: u64,
     pub bytes: u64,
+    /// `--once`: every partition of the task's topics, from where to where, and who covered it.
+    pub partitions: Vec<PartitionReport>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -34,24 +46,127 @@ pub enum DumpError {
     Store { task: String, source: StoreError },
     #[error("task {task}: encoding failed: {detail}")]
     Encode { task: String, detail: String },
-    #[error("task {task}: no partition of {topics} was assigned within a minute; check that the topics exist and that no other member of consumer group \"{task}\" holds them")]
-    NoAssignment { task: String, topics: String },
     #[error("task {task}: no topic to read: {topics} matched nothing in the cluster; check the topic names or topic_regex")]
     NoTopics { task: String, topics: String },
     #[error("task {task}: {records} records could not be stored before shutdown; their offsets were not committed, so the next run reads them again")]
     Unflushed { task: String, records: u64 },
+    #[error("task {task}: --once did not cover every partition within {deadline_secs} s: {partitions}; their records up to the high watermarks noted at start are not all archived (another member of group \"{task}\" may still hold them, or the store or Kafka failed: see the log); run again, or raise --once-deadline")]
+    OnceIncomplete {
+        task: String,
+        deadline_secs: u64,
+        partitions: String,
+    },
     #[error("task {task}: worker stopped unexpectedly: {detail}")]
     Worker { task: String, detail: String },
 }
 
+impl DumpError {
+    /// Exit code for the CLI: 3 when `--once` ran out of time with partitions not covered, so a
+    /// scheduler can tell "incomplete, run again" from a failure.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            DumpError::OnceIncomplete { .. } => 3,
+            _ => 1,
+        }
+    }
+}
+
 /// Options of one `strata dump` run.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct DumpOptions {
     /// Read up to the high watermarks noted at start, store, commit and return.
     pub once: bool,
+    /// `--once`: how long to wait for every partition to be covered (by this process or other
+    /// members of the group) before giving up with [`DumpError::OnceIncomplete`].
+    pub once_deadline: std::time::Duration,
 }
 
-/// Runs every task until `stop` is set (or, with `once`, until each reached its end).
+impl Default for DumpOptions {
+    fn default() -> Self {
+        Self {
+            once: false,
+            once_deadline: std::time::Duration::from_secs(600),
+        }
+    }
+}
+
+/// A topic-partition, cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Tp {
+    pub topic: Arc<str>,
+    pub partition: i32,
+}
+
+impl Tp {
+    pub fn new(topic: &str, partition: i32) -> Self {
+        Self {
+            topic: Arc::from(topic),
+            partition,
+        }
+    }
+}
+
+/// The first error of any stage of a task; every stage stops once it is set.
+#[derive(Default)]
+pub(crate) struct Fatal {
+    set: AtomicBool,
+    error: Mutex<Option<DumpError>>,
+}
+
+impl Fatal {
+    pub fn set(&self, e: DumpError) {
+        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            tracing::error!(error = %e, "task failed");
+            *slot = Some(e);
+        }
+        self.set.store(true, Ordering::Release);
+    }
+
+    pub fn is_set(&self) -> bool {
+        self.set.load(Ordering::Acquire)
+    }
+
+    pub fn take(&self) -> Option<DumpError> {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+}
+
+/// A task's metrics.
+pub(crate) struct Metrics {
+    pub consumed_records: metrics::Counter,
+    pub consumed_bytes: metrics::Counter,
+    pub written_records: metrics::Counter,
+    pub written_bytes: metrics::Counter,
+    pub objects: metrics::Counter,
+    pub adopted: metrics::Counter,
+    pub upload_seconds: metrics::Histogram,
+    pub store_errors: metrics::Counter,
+    pub store_fatal: metrics::Counter,
+    pub commit_errors: metrics::Counter,
+    pub buffered: metrics::Gauge,
+}
+
+impl Metrics {
+    fn new(task: &str) -> Self {
+        let t = task.to_string();
+        Self {
+            consumed_records: metrics::counter!("strata_dump_records_consumed_total", "task" => t.clone()),
+            consumed_bytes: metrics::counter!("strata_dump_bytes_consumed_total", "task" => t.clone()),
+            written_records: metrics::counter!("strata_dump_records_written_total", "task" => t.clone()),
+            written_bytes: metrics::counter!("strata_dump_bytes_written_total", "task" => t.clone()),
+            objects: metrics::counter!("strata_dump_objects_written_total", "task" => t.clone()),
+            adopted: metrics::counter!("strata_dump_objects_adopted_total", "task" => t.clone()),
+            upload_seconds: metrics::histogram!("strata_dump_upload_seconds", "task" => t.clone()),
+            store_errors: metrics::counter!("strata_dump_errors_total", "task" => t.clone(), "kind" => "store"),
+            store_fatal: metrics::counter!("strata_dump_errors_total", "task" => t.clone(), "kind" => "store_fatal"),
+            commit_errors: metrics::counter!("strata_dump_errors_total", "task" => t.clone(), "kind" => "commit"),
+            buffered: metrics::gauge!("strata_dump_buffered_bytes", "task" => t),
+        }
+    }
+}
+
+/// Runs every task until `stop` is set (or, with `once`, until each covered its partitions).
 pub async fn run(
     cfg: &Config,
     opts: DumpOptions,
@@ -80,6 +195,7 @@ pub async fn run(
         })??;
 
     let memory = (cfg.limits.buffer_memory.bytes() as usize) / cfg.tasks.len();
+    let leftover_age = cfg.limits.leftover_age;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let rt = tokio::runtime::Handle::current();
     for (task, store) in cfg.tasks.iter().cloned().zip(stores) {
@@ -88,9 +204,16 @@ pub async fn run(
         let spawned = std::thread::Builder::new()
             .name(format!("dump-{name}"))
             .spawn(move || {
-                let result =
-                    worker::Worker::new(&kafka, task, store, rt, memory, opts.once, task_stop)
-                        .and_then(worker::Worker::run);
+                let result = poll::run_task(poll::TaskSetup {
+                    kafka: &kafka,
+                    task,
+                    store,
+                    rt,
+                    memory,
+                    leftover_age,
+                    opts,
+                    stop: task_stop,
+                });
                 let _ = tx.send((name, result));
             });
         if let Err(e) = spawned {

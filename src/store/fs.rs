@@ -3,7 +3,8 @@
 //! and a completed `put` survives a crash.
 
 use super::{
-    check_key, ErrorKind, Incomplete, MultipartUpload, ObjectMeta, ObjectStore, StoreError,
+    check_key, ErrorKind, Finish, Finished, Incomplete, MultipartUpload, ObjectMeta, ObjectStore,
+    StoreError,
 };
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -14,8 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 /// Temp files of `put` carry this prefix.
 const TMP_PREFIX: &str = ".strata-tmp-";
-/// Staging files carry this prefix; they are named after their object, so a rewrite of the
-/// same object after a crash reuses (truncates) what the crashed writer left.
+/// Staging files of strata versions before streaming uploads; only ever removed.
 const STAGING_PREFIX: &str = ".strata-staging-";
 /// Listings skip every name with this prefix (temp and staging files).
 const HIDDEN_PREFIX: &str = ".strata-";
@@ -149,18 +149,37 @@ impl ObjectStore for FsStore {
     }
 
     async fn put_multipart(&self, key: &str) -> Result<Box<dyn MultipartUpload>, StoreError> {
+        use std::os::unix::fs::MetadataExt;
         let dest = self.path(key)?;
         let d = dest.clone();
-        let (tmp, file) = blocking(move || create_temp(&d))
-            .await
-            .map_err(|e| self.io_err(key, e))?;
+        let (tmp, file, ino) = blocking(move || {
+            let (tmp, file) = create_temp(&d)?;
+            let ino = file.metadata()?.ino();
+            Ok((tmp, file, ino))
+        })
+        .await
+        .map_err(|e| self.io_err(key, e))?;
         Ok(Box::new(FsUpload {
             file: Some(file),
             tmp,
             dest,
             location: self.location(key),
+            tag: inode_tag(ino),
             ended: false,
         }))
+    }
+
+    async fn tag_of(&self, key: &str) -> Result<Option<String>, StoreError> {
+        use std::os::unix::fs::MetadataExt;
+        let p = self.path(key)?;
+        let m = tokio::fs::metadata(&p)
+            .await
+            .map_err(|e| self.io_err(key, e))?;
+        Ok(Some(inode_tag(m.ino())))
+    }
+
+    fn part_size(&self) -> usize {
+        PART_SIZE
     }
 
     async fn incomplete(&self, prefix: &str) -> Result<Vec<Incomplete>, StoreError> {
@@ -279,30 +298,6 @@ impl ObjectStore for FsStore {
         })
     }
 
-    fn staging_path(&self, key: &str) -> Result<Option<PathBuf>, StoreError> {
-        let dest = self.path(key)?;
-        let name = dest
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("object")
-            .to_string();
-        if let Some(dir) = dest.parent() {
-            std::fs::create_dir_all(dir).map_err(|e| self.io_err(key, e))?;
-        }
-        Ok(Some(dest.with_file_name(format!("{STAGING_PREFIX}{name}"))))
-    }
-
-    async fn put_staged(&self, key: &str, path: &Path) -> Result<(), StoreError> {
-        let dest = self.path(key)?;
-        let staged = path.to_path_buf();
-        blocking(move || {
-            let f = std::fs::OpenOptions::new().write(true).open(&staged)?;
-            commit_temp(&staged, f, &dest)
-        })
-        .await
-        .map_err(|e| self.io_err(key, e))
-    }
-
     fn location(&self, key: &str) -> String {
         let root = self.root.display().to_string();
         let sep = if root.ends_with('/') || key.is_empty() {
@@ -314,12 +309,22 @@ impl ObjectStore for FsStore {
     }
 }
 
+/// What a `file://` upload writes at once: there is no part minimum, so the writer holds
+/// little per open object.
+const PART_SIZE: usize = 1 << 20;
+
+/// An object's tag on `file://`: its inode, which a hard link into place keeps.
+fn inode_tag(ino: u64) -> String {
+    format!("ino-{ino}")
+}
+
 struct FsUpload {
     file: Option<std::fs::File>,
     tmp: PathBuf,
     dest: PathBuf,
     location: String,
-    /// Renamed into place or removed.
+    tag: String,
+    /// Moved into place or removed.
     ended: bool,
 }
 
@@ -373,6 +378,22 @@ fn find_temps(dir: &Path, rel: &str, prefix: &str, out: &mut Vec<Incomplete>) ->
     Ok(())
 }
 
+/// fsync the file, hard-link it to `dest` unless `dest` exists (first writer wins), fsync the
+/// directory.
+fn link_new(tmp: &Path, f: std::fs::File, dest: &Path) -> io::Result<Finished> {
+    f.sync_all()?;
+    drop(f);
+    match std::fs::hard_link(tmp, dest) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => return Ok(Finished::Exists),
+        Err(e) => return Err(e),
+    }
+    if let Some(dir) = dest.parent() {
+        std::fs::File::open(dir)?.sync_all()?;
+    }
+    Ok(Finished::Stored)
+}
+
 impl FsUpload {
     fn err(&self, e: io::Error) -> StoreError {
         StoreError::new(ErrorKind::Io, self.location.clone(), e.to_string())
@@ -396,7 +417,7 @@ impl MultipartUpload for FsUpload {
         r.map_err(|e| self.err(e))
     }
 
-    async fn finish(mut self: Box<Self>) -> Result<(), StoreError> {
+    async fn finish(mut self: Box<Self>, mode: Finish) -> Result<Finished, StoreError> {
         let f = self
             .file
             .take()
@@ -404,10 +425,12 @@ impl MultipartUpload for FsUpload {
         let (tmp, dest) = (self.tmp.clone(), self.dest.clone());
         self.ended = true;
         blocking(move || {
-            let r = commit_temp(&tmp, f, &dest);
-            if r.is_err() {
-                let _ = std::fs::remove_file(&tmp);
-            }
+            let r = match mode {
+                Finish::Replace => commit_temp(&tmp, f, &dest).map(|()| Finished::Stored),
+                Finish::CreateNew => link_new(&tmp, f, &dest),
+            };
+            // After a link (or a failure) the temp name goes; after a rename it is gone.
+            let _ = std::fs::remove_file(&tmp);
             r
         })
         .await
@@ -422,5 +445,9 @@ impl MultipartUpload for FsUpload {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(self.err(e)),
         }
+    }
+
+    fn tag(&self) -> &str {
+        &self.tag
     }
 }

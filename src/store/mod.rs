@@ -14,7 +14,6 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use std::fmt;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// What went wrong, so callers can branch (retry, skip, stop) and users can act.
@@ -78,16 +77,39 @@ pub struct Incomplete {
     pub handle: String,
 }
 
-/// An upload in parts, for objects too large to hold in memory at once. Nothing is visible
-/// under the key until `finish` returns; an upload dropped without `finish` or `abort` (a
-/// cancelled task) aborts itself, so no incomplete upload or temp file outlives its writer.
+/// How a finished upload becomes the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finish {
+    /// Replacing whatever is stored under the key.
+    Replace,
+    /// Only if nothing is stored under the key yet (S3 `If-None-Match: *`, a hard link on
+    /// `file://`): the first writer of a key wins.
+    CreateNew,
+}
+
+/// What a finished upload did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Finished {
+    Stored,
+    /// `Finish::CreateNew` found the key taken; this upload is discarded.
+    Exists,
+}
+
+/// The one way objects are written while they are open: bytes go out as they come (parts of
+/// `part_size` on S3, a temp file on `file://`), and nothing is visible under the key until
+/// `finish` returns. An object that stays below one part goes up in a single PUT. An upload
+/// dropped without `finish` or `abort` (a cancelled task) aborts itself, so no incomplete
+/// upload or temp file outlives its writer.
 #[async_trait]
 pub trait MultipartUpload: Send {
     /// Appends bytes; the backend cuts them into parts of its own size.
     async fn write(&mut self, data: Bytes) -> Result<(), StoreError>;
-    async fn finish(self: Box<Self>) -> Result<(), StoreError>;
+    async fn finish(self: Box<Self>, mode: Finish) -> Result<Finished, StoreError>;
     /// Discards what was written; best effort.
     async fn abort(self: Box<Self>) -> Result<(), StoreError>;
+    /// Names the object version this upload makes, as [`ObjectStore::tag_of`] will report it
+    /// once stored (so a writer that lost a `CreateNew` race can find out whose object won).
+    fn tag(&self) -> &str;
 }
 
 /// The storage every mode uses. Keys are relative to the store's root and use `/`.
@@ -130,53 +152,14 @@ pub trait ObjectStore: Send + Sync + fmt::Debug {
         }
         Ok(removed)
     }
-    /// A local path where the object under `key` may be written in place before
-    /// [`ObjectStore::put_staged`], so it never has to be held in memory; `None` when the store
-    /// is not a local directory (build the object in memory and `put` it). The path is hidden
-    /// from listings and its directory exists.
-    fn staging_path(&self, _key: &str) -> Result<Option<PathBuf>, StoreError> {
-        Ok(None)
-    }
-    /// Makes the local file at `path` the object under `key`, durably, and removes the file.
-    /// Stores without staging upload it in parts, never holding it whole in memory.
-    async fn put_staged(&self, key: &str, path: &Path) -> Result<(), StoreError> {
-        use tokio::io::AsyncReadExt;
-        let io = |e: std::io::Error| {
-            StoreError::new(ErrorKind::Io, path.display().to_string(), e.to_string())
-        };
-        let mut file = tokio::fs::File::open(path).await.map_err(io)?;
-        let mut up = self.put_multipart(key).await?;
-        loop {
-            let mut buf = vec![0u8; STAGED_READ];
-            let mut filled = 0;
-            while filled < buf.len() {
-                let n = match file.read(&mut buf[filled..]).await {
-                    Ok(n) => n,
-                    Err(e) => {
-                        let _ = up.abort().await;
-                        return Err(io(e));
-                    }
-                };
-                if n == 0 {
-                    break;
-                }
-                filled += n;
-            }
-            if filled == 0 {
-                break;
-            }
-            buf.truncate(filled);
-            up.write(Bytes::from(buf)).await?;
-        }
-        up.finish().await?;
-        tokio::fs::remove_file(path).await.map_err(io)
-    }
+    /// The tag of the object stored under `key` (see [`MultipartUpload::tag`]); `None` when
+    /// the object carries none (written by something else than a strata upload).
+    async fn tag_of(&self, key: &str) -> Result<Option<String>, StoreError>;
+    /// Bytes an upload sends at once (its part size): what a writer holds per open object.
+    fn part_size(&self) -> usize;
     /// `s3://bucket/prefix/key` or `file:///root/key`, for messages.
     fn location(&self, key: &str) -> String;
 }
-
-/// Read size when a staged file is uploaded by a store without staging.
-const STAGED_READ: usize = 8 << 20;
 
 /// Builds the backend a store URL names.
 pub async fn open(cfg: &StoreConfig) -> Result<Arc<dyn ObjectStore>, StoreError> {

@@ -3,7 +3,8 @@
 //! S3-compatible stores handle. Error messages are scrubbed of the configured credentials.
 
 use super::{
-    check_key, ErrorKind, Incomplete, MultipartUpload, ObjectMeta, ObjectStore, StoreError,
+    check_key, ErrorKind, Finish, Finished, Incomplete, MultipartUpload, ObjectMeta, ObjectStore,
+    StoreError,
 };
 use crate::config::{Credentials, S3Settings};
 use async_trait::async_trait;
@@ -211,28 +212,15 @@ impl S3Store {
             .build())
     }
 
-    async fn start_multipart(&self, key: &str) -> Result<S3Upload, StoreError> {
+    /// A new upload; nothing is sent before its first full part (or its finish).
+    fn upload(&self, key: &str) -> Result<S3Upload, StoreError> {
         let full = self.full_key(key)?;
-        let out = self
-            .client
-            .create_multipart_upload()
-            .bucket(&self.bucket)
-            .key(&full)
-            .send()
-            .await
-            .map_err(|e| self.err(key, "start multipart upload", e))?;
-        let upload_id = out.upload_id.ok_or_else(|| {
-            StoreError::new(
-                ErrorKind::Service,
-                self.location(key),
-                "the store returned no multipart upload id",
-            )
-        })?;
         Ok(S3Upload {
             store: self.clone(),
             key: key.to_string(),
             full,
-            upload_id,
+            tag: uuid::Uuid::new_v4().simple().to_string(),
+            upload_id: None,
             buffer: BytesMut::new(),
             parts: Vec::new(),
             ended: false,
@@ -243,33 +231,30 @@ impl S3Store {
 #[async_trait]
 impl ObjectStore for S3Store {
     async fn put(&self, key: &str, data: Bytes) -> Result<(), StoreError> {
-        if data.len() > self.part_size {
-            let mut up = self.start_multipart(key).await?;
-            let r = async {
-                up.write(data).await?;
-                up.complete().await
-            }
-            .await;
-            match r {
-                Ok(()) => up.ended = true,
-                Err(_) => up.abort_quietly().await,
-            }
-            return r;
-        }
-        let full = self.full_key(key)?;
-        self.client
-            .put_object()
-            .bucket(&self.bucket)
-            .key(full)
-            .body(ByteStream::from(data))
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| self.err(key, "put", e))
+        let mut up = self.upload(key)?;
+        up.write(data).await?;
+        Box::new(up).finish(Finish::Replace).await.map(|_| ())
     }
 
     async fn put_multipart(&self, key: &str) -> Result<Box<dyn MultipartUpload>, StoreError> {
-        Ok(Box::new(self.start_multipart(key).await?))
+        Ok(Box::new(self.upload(key)?))
+    }
+
+    async fn tag_of(&self, key: &str) -> Result<Option<String>, StoreError> {
+        let full = self.full_key(key)?;
+        let out = self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(full)
+            .send()
+            .await
+            .map_err(|e| self.err(key, "head", e))?;
+        Ok(out.metadata.and_then(|mut m| m.remove(TAG_METADATA)))
+    }
+
+    fn part_size(&self) -> usize {
+        self.part_size
     }
 
     async fn incomplete(&self, prefix: &str) -> Result<Vec<Incomplete>, StoreError> {
@@ -497,11 +482,16 @@ fn classify(failure: Failure, code: &str, status: Option<u16>) -> ErrorKind {
     }
 }
 
+/// User metadata naming the upload that wrote an object (its [`MultipartUpload::tag`]).
+const TAG_METADATA: &str = "strata-writer";
+
 struct S3Upload {
     store: S3Store,
     key: String,
     full: String,
-    upload_id: String,
+    tag: String,
+    /// Set once the first part went out; until then the object is only in `buffer`.
+    upload_id: Option<String>,
     buffer: BytesMut,
     parts: Vec<CompletedPart>,
     /// Completed or aborted: nothing is left to clean up.
@@ -515,14 +505,14 @@ impl Drop for S3Upload {
         if self.ended {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+        let (Some(id), Ok(rt)) = (self.upload_id.take(), tokio::runtime::Handle::try_current())
+        else {
             return;
         };
-        let (store, full, key, id) = (
+        let (store, full, key) = (
             self.store.clone(),
             std::mem::take(&mut self.full),
             std::mem::take(&mut self.key),
-            std::mem::take(&mut self.upload_id),
         );
         rt.spawn(async move { abort_upload(&store, &key, &full, &id).await });
     }
@@ -542,7 +532,38 @@ async fn abort_upload(store: &S3Store, key: &str, full: &str, upload_id: &str) {
     }
 }
 
+/// S3 answers a conditional write whose key is taken with 412.
+fn precondition_failed<E: ProvideErrorMetadata>(e: &SdkError<E, HttpResponse>) -> bool {
+    e.code() == Some("PreconditionFailed")
+        || e.raw_response().is_some_and(|r| r.status().as_u16() == 412)
+}
+
 impl S3Upload {
+    async fn start(&mut self) -> Result<String, StoreError> {
+        if let Some(id) = &self.upload_id {
+            return Ok(id.clone());
+        }
+        let out = self
+            .store
+            .client
+            .create_multipart_upload()
+            .bucket(&self.store.bucket)
+            .key(&self.full)
+            .metadata(TAG_METADATA, &self.tag)
+            .send()
+            .await
+            .map_err(|e| self.store.err(&self.key, "start multipart upload", e))?;
+        let id = out.upload_id.ok_or_else(|| {
+            StoreError::new(
+                ErrorKind::Service,
+                self.store.location(&self.key),
+                "the store returned no multipart upload id",
+            )
+        })?;
+        self.upload_id = Some(id.clone());
+        Ok(id)
+    }
+
     async fn send_part(&mut self, data: Bytes) -> Result<(), StoreError> {
         let n = self.parts.len() as i32 + 1;
         if n > 10_000 {
@@ -552,15 +573,16 @@ impl S3Upload {
                 "more than 10000 parts; raise store.part_size",
             ));
         }
+        let id = self.start().await?;
         let part = self
             .store
-            .upload_part(&self.key, &self.full, &self.upload_id, n, data)
+            .upload_part(&self.key, &self.full, &id, n, data)
             .await?;
         self.parts.push(part);
         Ok(())
     }
 
-    async fn write(&mut self, data: Bytes) -> Result<(), StoreError> {
+    async fn append(&mut self, data: Bytes) -> Result<(), StoreError> {
         let size = self.store.part_size;
         if self.buffer.is_empty() && data.len() >= size {
             // Whole parts straight from the caller's buffer, without copying.
@@ -580,32 +602,69 @@ impl S3Upload {
         Ok(())
     }
 
-    async fn complete(&mut self) -> Result<(), StoreError> {
-        if !self.buffer.is_empty() || self.parts.is_empty() {
+    /// One PUT of the buffered bytes (the object never reached a part).
+    async fn put_whole(&mut self, mode: Finish) -> Result<Finished, StoreError> {
+        let data = std::mem::take(&mut self.buffer).freeze();
+        let mut req = self
+            .store
+            .client
+            .put_object()
+            .bucket(&self.store.bucket)
+            .key(&self.full)
+            .metadata(TAG_METADATA, &self.tag)
+            .body(ByteStream::from(data));
+        if mode == Finish::CreateNew {
+            req = req.if_none_match("*");
+        }
+        match req.send().await {
+            Ok(_) => Ok(Finished::Stored),
+            Err(e) if mode == Finish::CreateNew && precondition_failed(&e) => Ok(Finished::Exists),
+            Err(e) => Err(self.store.err(&self.key, "put", e)),
+        }
+    }
+
+    async fn complete(&mut self, mode: Finish) -> Result<Finished, StoreError> {
+        if self.upload_id.is_none() {
+            return self.put_whole(mode).await;
+        }
+        if !self.buffer.is_empty() {
             let rest = std::mem::take(&mut self.buffer).freeze();
             self.send_part(rest).await?;
         }
-        self.store
+        let id = self.start().await?;
+        let mut req = self
+            .store
             .client
             .complete_multipart_upload()
             .bucket(&self.store.bucket)
             .key(&self.full)
-            .upload_id(&self.upload_id)
+            .upload_id(&id)
             .multipart_upload(
                 CompletedMultipartUpload::builder()
                     .set_parts(Some(self.parts.clone()))
                     .build(),
-            )
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| self.store.err(&self.key, "complete multipart upload", e))
+            );
+        if mode == Finish::CreateNew {
+            req = req.if_none_match("*");
+        }
+        match req.send().await {
+            Ok(_) => Ok(Finished::Stored),
+            Err(e) if mode == Finish::CreateNew && precondition_failed(&e) => {
+                // The refused upload stays open on S3 until aborted.
+                self.abort_quietly().await;
+                Ok(Finished::Exists)
+            }
+            Err(e) => Err(self.store.err(&self.key, "complete multipart upload", e)),
+        }
     }
 
     async fn abort_quietly(&mut self) {
-        if !self.ended {
-            self.ended = true;
-            abort_upload(&self.store, &self.key, &self.full, &self.upload_id).await;
+        if self.ended {
+            return;
+        }
+        self.ended = true;
+        if let Some(id) = self.upload_id.take() {
+            abort_upload(&self.store, &self.key, &self.full, &id).await;
         }
     }
 }
@@ -613,17 +672,17 @@ impl S3Upload {
 #[async_trait]
 impl MultipartUpload for S3Upload {
     async fn write(&mut self, data: Bytes) -> Result<(), StoreError> {
-        let r = S3Upload::write(self, data).await;
+        let r = self.append(data).await;
         if r.is_err() {
             self.abort_quietly().await;
         }
         r
     }
 
-    async fn finish(mut self: Box<Self>) -> Result<(), StoreError> {
-        let r = self.complete().await;
+    async fn finish(mut self: Box<Self>, mode: Finish) -> Result<Finished, StoreError> {
+        let r = self.complete(mode).await;
         match r {
-            Ok(()) => self.ended = true,
+            Ok(_) => self.ended = true,
             Err(_) => self.abort_quietly().await,
         }
         r
@@ -632,6 +691,10 @@ impl MultipartUpload for S3Upload {
     async fn abort(mut self: Box<Self>) -> Result<(), StoreError> {
         self.abort_quietly().await;
         Ok(())
+    }
+
+    fn tag(&self) -> &str {
+        &self.tag
     }
 }
 

@@ -16,7 +16,7 @@ use super::manifest::{
 use super::protocol::{IndexType, SegmentMetadata, UploadSizes};
 use super::stats;
 use crate::layout::DumpDir;
-use crate::store::{MultipartUpload, ObjectStore, StoreError};
+use crate::store::{Finish, MultipartUpload, ObjectStore, StoreError};
 use bytes::{Bytes, BytesMut};
 use std::collections::HashMap;
 use std::io::Read;
@@ -26,9 +26,6 @@ use tokio::sync::{mpsc, Semaphore};
 
 /// zstd level for chunks: fast, and Kafka batches are often compressed already.
 const ZSTD_LEVEL: i32 = 3;
-
-/// Objects up to this size go up in one PUT; larger ones in a multipart upload.
-const SINGLE_PUT_MAX: usize = 8 << 20;
 
 /// How long a copy may wait for one of the `tier.upload_concurrency` slots before it is
 /// answered "busy" (the broker retries it later).
@@ -136,17 +133,8 @@ impl Copier {
         stats::timed("delete", self.store.delete(&keys.manifest)).await?;
         let mut writer = SegmentWriter {
             seg,
-            log_up: SpillUpload::new(self.store.as_ref(), &keys.log, sizes.log),
-            indexes_up: SpillUpload::new(
-                self.store.as_ref(),
-                &keys.indexes,
-                Part::sequence(sizes)
-                    .iter()
-                    .filter(|(p, _)| *p != Part::Log)
-                    .map(|(_, n)| n)
-                    .sum::<u64>()
-                    + epochs.len() as u64,
-            ),
+            log_up: ObjectUpload::new(self.store.as_ref(), &keys.log),
+            indexes_up: ObjectUpload::new(self.store.as_ref(), &keys.indexes),
             chunk_size: self.chunk_size,
             compression: self.compression,
             chunk: BytesMut::new(),
@@ -195,8 +183,8 @@ impl Copier {
 /// The two objects of one copy while their parts arrive.
 struct SegmentWriter<'a> {
     seg: &'a SegmentMetadata,
-    log_up: SpillUpload<'a>,
-    indexes_up: SpillUpload<'a>,
+    log_up: ObjectUpload<'a>,
+    indexes_up: ObjectUpload<'a>,
     chunk_size: usize,
     compression: Compression,
     /// `.log` bytes of the chunk being filled.
@@ -596,67 +584,48 @@ fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize>
     Ok(filled)
 }
 
-/// An upload that is one PUT for small objects and a multipart upload for large ones, decided
-/// by the expected size so that large objects are never gathered in memory (and a small one
-/// that turns out larger switches on the way).
-struct SpillUpload<'a> {
+/// One object of a copy while its bytes arrive (small objects go up in one PUT: the store's
+/// upload starts parts only when there is a whole part).
+struct ObjectUpload<'a> {
     store: &'a dyn ObjectStore,
     key: &'a str,
-    /// Gathered bytes of a small object.
-    pending: BytesMut,
-    multipart: Option<Box<dyn MultipartUpload>>,
-    /// Expected to exceed [`SINGLE_PUT_MAX`]: go multipart at the first write.
-    large: bool,
+    upload: Option<Box<dyn MultipartUpload>>,
 }
 
-impl<'a> SpillUpload<'a> {
-    fn new(store: &'a dyn ObjectStore, key: &'a str, expected: u64) -> Self {
-        let large = expected > SINGLE_PUT_MAX as u64;
+impl<'a> ObjectUpload<'a> {
+    fn new(store: &'a dyn ObjectStore, key: &'a str) -> Self {
         Self {
             store,
             key,
-            pending: BytesMut::with_capacity(if large { 0 } else { expected as usize }),
-            multipart: None,
-            large,
+            upload: None,
         }
     }
 
     async fn write(&mut self, data: Bytes) -> Result<(), StoreError> {
-        if self.multipart.is_none()
-            && (self.large || self.pending.len() + data.len() > SINGLE_PUT_MAX)
-        {
-            let mut mp = stats::timed("start_upload", self.store.put_multipart(self.key)).await?;
-            if !self.pending.is_empty() {
-                let gathered = std::mem::take(&mut self.pending).freeze();
-                stats::timed("upload_part", mp.write(gathered)).await?;
-            }
-            self.multipart = Some(mp);
+        if self.upload.is_none() {
+            self.upload =
+                Some(stats::timed("start_upload", self.store.put_multipart(self.key)).await?);
         }
-        match self.multipart.as_mut() {
-            Some(mp) => stats::timed("upload_part", mp.write(data)).await,
-            None => {
-                self.pending.extend_from_slice(&data);
-                Ok(())
-            }
+        match self.upload.as_mut() {
+            Some(up) => stats::timed("upload_part", up.write(data)).await,
+            None => Ok(()),
         }
     }
 
     async fn finish(&mut self) -> Result<(), StoreError> {
-        match self.multipart.take() {
-            Some(mp) => stats::timed("complete_upload", mp.finish()).await,
-            None => {
-                let data = std::mem::take(&mut self.pending).freeze();
-                stats::timed("put", self.store.put(self.key, data)).await
-            }
+        match self.upload.take() {
+            Some(up) => stats::timed("complete_upload", up.finish(Finish::Replace))
+                .await
+                .map(|_| ()),
+            None => stats::timed("put", self.store.put(self.key, Bytes::new())).await,
         }
     }
 
-    /// Discards what was written (a multipart upload also aborts itself when dropped).
+    /// Discards what was written (an upload also aborts itself when dropped).
     async fn abort(&mut self) {
-        self.pending = BytesMut::new();
-        if let Some(mp) = self.multipart.take() {
-            if let Err(e) = mp.abort().await {
-                tracing::warn!(error = %e, "abort of a multipart upload failed");
+        if let Some(up) = self.upload.take() {
+            if let Err(e) = up.abort().await {
+                tracing::warn!(error = %e, "abort of an upload failed");
             }
         }
     }

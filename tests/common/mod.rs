@@ -279,6 +279,10 @@ pub async fn read_archive(
 ) -> Vec<ArchivedObject> {
     let mut out = Vec::new();
     for meta in store.list(prefix).await.expect("list archive") {
+        // strata's own bookkeeping (seals of objects not yet committed) is not archive data.
+        if meta.key.contains(".strata/") {
+            continue;
+        }
         let file = meta.key.rsplit('/').next().unwrap_or_default();
         let name = strata::layout::ObjectName::parse(file)
             .unwrap_or_else(|| panic!("unexpected object {}", meta.key));
@@ -304,7 +308,10 @@ pub async fn dump_once(toml: &str) -> Vec<strata::dump::Summary> {
     let cfg = config(toml);
     strata::dump::run(
         &cfg,
-        strata::dump::DumpOptions { once: true },
+        strata::dump::DumpOptions {
+            once: true,
+            ..Default::default()
+        },
         Arc::new(std::sync::atomic::AtomicBool::new(false)),
     )
     .await

@@ -2,7 +2,7 @@
 //! backend (a temp dir) and S3 (LocalStack): same calls, same answers.
 
 use bytes::Bytes;
-use strata::store::{ErrorKind, ObjectStore};
+use strata::store::{ErrorKind, Finish, Finished, ObjectStore};
 
 fn pattern(n: usize, seed: u8) -> Bytes {
     Bytes::from(
@@ -126,7 +126,7 @@ pub async fn run(store: &dyn ObjectStore, base: &str, multipart_size: usize) {
         store.head(&k("m/big.bin")).await.unwrap_err().kind,
         ErrorKind::NotFound
     );
-    up.finish().await.unwrap();
+    up.finish(Finish::Replace).await.unwrap();
     assert_eq!(store.get(&k("m/big.bin")).await.unwrap(), data);
     assert_eq!(
         store
@@ -183,7 +183,7 @@ pub async fn run(store: &dyn ObjectStore, base: &str, multipart_size: usize) {
     // one whose writer vanished without dropping it (a crash) stays until removed at start,
     // and only once it is older than asked
     let mut up = store.put_multipart(&k("d/crashed.bin")).await.unwrap();
-    up.write(pattern(1000, 6)).await.unwrap();
+    up.write(pattern(multipart_size, 6)).await.unwrap();
     std::mem::forget(up);
     let hour = std::time::Duration::from_secs(3600);
     assert_eq!(store.remove_incomplete(&k("d/"), hour).await.unwrap(), 0);
@@ -206,33 +206,56 @@ pub async fn run(store: &dyn ObjectStore, base: &str, multipart_size: usize) {
         ErrorKind::NotFound
     );
 
-    // staged objects: written in place where the store offers it (file://), else from any
-    // local file (uploaded in parts); hidden until put_staged, the file is gone afterwards
-    let scratch = tempfile::tempdir().unwrap();
-    let staged_data = pattern(9_000_001, 11);
-    let staging = store
-        .staging_path(&k("s/staged.bin"))
-        .unwrap()
-        .unwrap_or_else(|| scratch.path().join("staged.bin"));
-    std::fs::write(&staging, &staged_data).unwrap();
-    assert!(
-        store.list(&k("s/")).await.unwrap().is_empty(),
-        "a staging file is not an object yet"
+    // first writer wins: a create-new finish of a taken key stores nothing, and the tag of
+    // what is stored names the winner's upload
+    let mut first = store.put_multipart(&k("c/once.bin")).await.unwrap();
+    let mut second = store.put_multipart(&k("c/once.bin")).await.unwrap();
+    assert_ne!(first.tag(), second.tag());
+    let winner = first.tag().to_string();
+    first.write(pattern(multipart_size, 12)).await.unwrap();
+    second.write(pattern(10, 13)).await.unwrap();
+    assert_eq!(
+        first.finish(Finish::CreateNew).await.unwrap(),
+        Finished::Stored
     );
-    store
-        .put_staged(&k("s/staged.bin"), &staging)
-        .await
-        .unwrap();
-    assert!(!staging.exists(), "the staging file is consumed");
-    assert_eq!(store.get(&k("s/staged.bin")).await.unwrap(), staged_data);
-    let listed: Vec<String> = store
-        .list(&k("s/"))
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| o.key)
-        .collect();
-    assert_eq!(listed, vec![k("s/staged.bin")]);
+    assert_eq!(
+        second.finish(Finish::CreateNew).await.unwrap(),
+        Finished::Exists
+    );
+    assert_eq!(
+        store.get(&k("c/once.bin")).await.unwrap(),
+        pattern(multipart_size, 12)
+    );
+    assert_eq!(store.tag_of(&k("c/once.bin")).await.unwrap(), Some(winner));
+    // a small object (one PUT) too, and the refused upload leaves nothing open
+    let mut small = store.put_multipart(&k("c/small.bin")).await.unwrap();
+    small.write(pattern(100, 14)).await.unwrap();
+    assert_eq!(
+        small.finish(Finish::CreateNew).await.unwrap(),
+        Finished::Stored
+    );
+    let mut again = store.put_multipart(&k("c/small.bin")).await.unwrap();
+    again.write(pattern(multipart_size, 15)).await.unwrap();
+    assert_eq!(
+        again.finish(Finish::CreateNew).await.unwrap(),
+        Finished::Exists
+    );
+    assert_eq!(
+        store.get(&k("c/small.bin")).await.unwrap(),
+        pattern(100, 14)
+    );
+    assert!(
+        store.incomplete(&k("c/")).await.unwrap().is_empty(),
+        "a refused create leaves no upload open"
+    );
+    // replace overwrites whatever is there
+    let mut over = store.put_multipart(&k("c/small.bin")).await.unwrap();
+    over.write(pattern(7, 16)).await.unwrap();
+    assert_eq!(
+        over.finish(Finish::Replace).await.unwrap(),
+        Finished::Stored
+    );
+    assert_eq!(store.get(&k("c/small.bin")).await.unwrap(), pattern(7, 16));
 
     // keys that could escape the root are refused before any I/O
     for bad in ["../escape", "a//b", "/abs"] {

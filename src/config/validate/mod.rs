@@ -172,7 +172,7 @@ pub(super) const STORE_KEYS: &[&str] = &[
     "part_size",
     "max_attempts",
 ];
-pub(super) const LIMITS_KEYS: &[&str] = &["max_tasks", "buffer_memory"];
+pub(super) const LIMITS_KEYS: &[&str] = &["max_tasks", "buffer_memory", "leftover_age_secs"];
 pub(super) const TELEMETRY_KEYS: &[&str] = &["log_format", "log_level", "metrics_listen"];
 pub(super) const TASK_KEYS: &[&str] = &[
     "type",
@@ -303,6 +303,9 @@ fn limits(cx: &mut Ctx<'_>, raw: RawLimits) -> Limits {
     Limits {
         max_tasks,
         buffer_memory,
+        leftover_age: std::time::Duration::from_secs(
+            raw.leftover_age_secs.unwrap_or(defaults::LEFTOVER_AGE_SECS),
+        ),
     }
 }
 

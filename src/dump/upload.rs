@@ -1,0 +1,570 @@
+//! The upload stage: every open object streams its parts to the store in its own task (many
+//! at once, bounded by the in-flight budget); one sequencer per partition makes the
+//! partition's objects visible strictly in order, each only after the previous one's offsets
+//! are committed.
+//!
+//! That order is what keeps a replay from duplicating: at most one stored object of a partition
+//! is ahead of its committed offset. Objects are created "first writer wins" (a conditional
+//! create); before that, a small seal records where the object ends, so a writer that finds
+//! the key taken (its own crashed predecessor's, or a zombie's) adopts the stored object: it
+//! commits past it and rewinds the partition to right after it. A failed upload rewinds the
+//! partition to the object's first offset: Kafka, not memory, holds data awaiting a retry.
+
+use super::writer::{ObjectEnd, Opened, ToObject};
+use super::{Fatal, Tp};
+use crate::layout::DumpDir;
+use crate::store::{ErrorKind, Finish, Finished, MultipartUpload, ObjectStore, StoreError};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+
+/// What a sequencer asks of the poll loop (which owns the consumer).
+pub(super) enum Control {
+    /// Commit `offset` (the next offset to read) for the partition.
+    Commit {
+        tp: Tp,
+        offset: i64,
+        ack: oneshot::Sender<Result<(), String>>,
+    },
+    /// Seek the partition back to `to` (after committing it first when `commit`), bump its
+    /// epoch and tell its writer. `to: None` means "to the group's committed offset".
+    Rewind {
+        tp: Tp,
+        to: Option<i64>,
+        commit: bool,
+        ack: oneshot::Sender<Result<u64, String>>,
+    },
+}
+
+/// Where a stored object ends, written before the object is created so that whoever finds the
+/// key taken can tell where to go on. Removed once the object's offsets are committed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Seal {
+    pub key: String,
+    pub last_offset: i64,
+    pub next_offset: i64,
+    pub records: u64,
+}
+
+/// The seal of the object under `key` (first offset `first`) written by the upload `tag`.
+pub(crate) fn seal_key(dir: &DumpDir, tp: &Tp, first: i64, tag: &str) -> String {
+    format!(
+        "{}.strata/seals/{}/{}/{first:020}/{tag}",
+        dir.prefix(),
+        tp.topic,
+        tp.partition
+    )
+}
+
+/// What the sequencers of a task share.
+pub(super) struct UploadContext {
+    pub task: String,
+    pub dir: DumpDir,
+    pub store: Arc<dyn ObjectStore>,
+    pub control: std::sync::mpsc::Sender<Control>,
+    pub fatal: Arc<Fatal>,
+    pub stats: Arc<Mutex<super::Summary>>,
+    pub metrics: Arc<super::Metrics>,
+    /// Objects that could not be stored before their partition's sequencer stopped (other
+    /// than by a revocation): a shutdown that leaves any is not a clean one.
+    pub unstored: Arc<AtomicU64>,
+}
+
+/// What the stages of one partition tell each other without a message.
+#[derive(Default)]
+pub(super) struct PartitionFlags {
+    /// Set by the poll loop: the sequencer drops what is not stored and stops.
+    pub revoked: AtomicBool,
+    /// Objects opened (counted by the writer) and not yet committed or dropped (by the
+    /// sequencer).
+    pub pending: AtomicU64,
+    /// Objects stored and committed by this process.
+    pub stored: AtomicU64,
+    /// Set by the writer once it handled a `Close` of this partition (cleared by the poll loop
+    /// when it routes more records or rewinds): nothing of it is left in the writer.
+    pub closed: AtomicBool,
+}
+
+/// An open object's upload task's result.
+enum Outcome {
+    Ready {
+        upload: Box<dyn MultipartUpload>,
+        end: ObjectEnd,
+        took: Duration,
+        _held: Option<super::budget::Permit>,
+    },
+    /// The writer dropped the object (rewind, revocation): nothing to store.
+    Discarded,
+    Failed(StoreError),
+}
+
+struct InFlight {
+    seq: u64,
+    key: String,
+    first: i64,
+    task: JoinHandle<Outcome>,
+}
+
+/// Streams one object's parts into an upload.
+async fn upload_object(
+    store: Arc<dyn ObjectStore>,
+    key: String,
+    mut parts: mpsc::Receiver<ToObject>,
+) -> Outcome {
+    let started = Instant::now();
+    let mut upload = match store.put_multipart(&key).await {
+        Ok(u) => u,
+        Err(e) => return Outcome::Failed(e),
+    };
+    // The last part may stay in the upload's buffer until the finish (a short part, or a whole
+    // small object): its room in the budget is held until then.
+    let mut held = None;
+    while let Some(m) = parts.recv().await {
+        match m {
+            ToObject::Part(data, permit) => {
+                if let Err(e) = upload.write(data).await {
+                    return Outcome::Failed(e);
+                }
+                held = Some(permit);
+            }
+            ToObject::End(end) => {
+                return Outcome::Ready {
+                    upload,
+                    end,
+                    took: started.elapsed(),
+                    _held: held,
+                }
+            }
+        }
+    }
+    // Dropped without an end: the upload aborts itself when dropped.
+    Outcome::Discarded
+}
+
+/// What to do once the head object was finished (pure: the decisions of the sequencer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// Stored: commit its next offset, then go on.
+    Commit(i64),
+    /// The key was taken by an object that ends before `next`: commit `next` and rewind there.
+    Adopt(i64),
+    /// The key was taken by an object whose seal is gone: its writer committed past it, so this
+    /// partition's position is stale; rewind to the group's committed offset.
+    Stale,
+}
+
+pub(crate) fn decide(first: i64, last: i64, finished: Finished, found: Option<&Seal>) -> Step {
+    match finished {
+        Finished::Stored => Step::Commit(last + 1),
+        Finished::Exists => match found {
+            Some(s) if s.next_offset > first => Step::Adopt(s.next_offset),
+            _ => Step::Stale,
+        },
+    }
+}
+
+/// Store failures no retry heals: the operator must act.
+pub(crate) fn fatal(e: &StoreError) -> bool {
+    matches!(
+        e.kind,
+        ErrorKind::NoSuchBucket | ErrorKind::Unauthorized | ErrorKind::InvalidInput
+    )
+}
+
+/// Longest pause between retries of a failing partition.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+fn next_backoff(d: Option<Duration>) -> Duration {
+    d.map_or(Duration::from_secs(1), |d| (d * 2).min(MAX_BACKOFF))
+}
+
+/// Runs a partition's sequencer until its writer hangs up (revocation or shutdown).
+pub(super) async fn sequence(
+    tp: Tp,
+    mut epoch: u64,
+    mut opened: mpsc::Receiver<Opened>,
+    flags: Arc<PartitionFlags>,
+    cx: Arc<UploadContext>,
+) {
+    let mut queue: VecDeque<InFlight> = VecDeque::new();
+    let mut backoff: Option<Duration> = None;
+    let mut input_open = true;
+    // Seals that could not be removed (the store was down): removed after the next success.
+    let mut stale: Vec<String> = Vec::new();
+    loop {
+        if !input_open && queue.is_empty() {
+            return;
+        }
+        if flags.revoked.load(Ordering::Relaxed) || cx.fatal.is_set() {
+            abort_all(&mut queue, &flags);
+            return;
+        }
+        let done = tokio::select! {
+            m = opened.recv(), if input_open => {
+                match m {
+                    Some(o) if o.epoch < epoch => {
+                        // A rewind made it stale.
+                        flags.pending.fetch_sub(1, Ordering::Relaxed);
+                        drop(o);
+                    }
+                    Some(o) => {
+                        let task = tokio::spawn(upload_object(cx.store.clone(), o.key.clone(), o.parts));
+                        queue.push_back(InFlight { seq: o.seq, key: o.key, first: o.first_offset, task });
+                    }
+                    None => input_open = false,
+                }
+                None
+            }
+            r = head_outcome(&mut queue), if !queue.is_empty() => Some(r),
+            // Notice a revocation or another stage's fatal error while waiting.
+            _ = tokio::time::sleep(Duration::from_millis(200)) => None,
+        };
+        let Some(outcome) = done else {
+            continue;
+        };
+        let Some(head) = queue.pop_front() else {
+            continue;
+        };
+        // The head counts as pending until its offsets are committed or the partition was
+        // rewound past it: until then the partition is not idle.
+        let result = finish_head(&tp, &head, outcome, &cx, &flags, &mut stale).await;
+        if result.is_ok() && !stale.is_empty() {
+            let mut left = Vec::new();
+            for key in stale.drain(..) {
+                if cx.store.delete(&key).await.is_err() {
+                    left.push(key);
+                }
+            }
+            stale = left;
+        }
+        match result {
+            Ok(Some(new_epoch)) => {
+                // Rewound: what was queued behind the head belongs to the old position.
+                epoch = new_epoch;
+                abort_all(&mut queue, &flags);
+                backoff = None;
+            }
+            Ok(None) => backoff = None,
+            Err(e) if fatal(&e) => {
+                cx.metrics.store_fatal.increment(1);
+                cx.fatal.set(super::DumpError::Store {
+                    task: cx.task.clone(),
+                    source: e,
+                });
+                abort_all(&mut queue, &flags);
+                flags.pending.fetch_sub(1, Ordering::Relaxed);
+                return;
+            }
+            Err(e) => {
+                // Retry from the head's first offset once the store had a moment.
+                cx.metrics.store_errors.increment(1);
+                let pause = next_backoff(backoff);
+                backoff = Some(pause);
+                tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, seq = head.seq, error = %e, retry_in_s = pause.as_secs(), "storing failed; the partition is read again from the object's first offset after a pause (its offsets stay uncommitted)");
+                abort_all(&mut queue, &flags);
+                tokio::time::sleep(pause).await;
+                if let Some(e) = rewind_until_done(&cx, &tp, Some(head.first), false, &flags).await
+                {
+                    epoch = e;
+                }
+            }
+        }
+        flags.pending.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The head object's outcome, once its upload task is done.
+async fn head_outcome(queue: &mut VecDeque<InFlight>) -> Outcome {
+    let Some(head) = queue.front_mut() else {
+        return std::future::pending().await;
+    };
+    match (&mut head.task).await {
+        Ok(o) => o,
+        Err(e) => Outcome::Failed(StoreError::new(
+            ErrorKind::Io,
+            head.key.clone(),
+            format!("upload task failed: {e}"),
+        )),
+    }
+}
+
+fn abort_all(queue: &mut VecDeque<InFlight>, flags: &PartitionFlags) {
+    for f in queue.drain(..) {
+        flags.pending.fetch_sub(1, Ordering::Relaxed);
+        // Cancelling the task drops its upload, which aborts itself.
+        f.task.abort();
+    }
+}
+
+/// Makes the head object visible and commits it, or adopts what holds its key. `Ok(Some(e))`:
+/// the partition was rewound and is at epoch `e` now. Transient failures come back as `Err`
+/// for a retry; the caller tells fatal ones apart.
+async fn finish_head(
+    tp: &Tp,
+    head: &InFlight,
+    outcome: Outcome,
+    cx: &UploadContext,
+    flags: &PartitionFlags,
+    stale: &mut Vec<String>,
+) -> Result<Option<u64>, StoreError> {
+    let (upload, end, took) = match outcome {
+        Outcome::Discarded => return Ok(None),
+        Outcome::Failed(e) => return Err(e),
+        Outcome::Ready {
+            upload, end, took, ..
+        } => (upload, end, took),
+    };
+    let store = &cx.store;
+    let own_seal = seal_key(&cx.dir, tp, head.first, upload.tag());
+    let seal = Seal {
+        key: head.key.clone(),
+        last_offset: end.last_offset,
+        next_offset: end.last_offset + 1,
+        records: end.records,
+    };
+    // The seal first: an object that exists always has one while it is not committed.
+    store.put(&own_seal, Bytes::from(seal_json(&seal))).await?;
+    let finished = upload.finish(Finish::CreateNew).await;
+    let finished = match finished {
+        Ok(f) => f,
+        Err(e) => {
+            if store.delete(&own_seal).await.is_err() {
+                stale.push(own_seal);
+            }
+            return Err(e);
+        }
+    };
+    let found = match finished {
+        Finished::Stored => None,
+        Finished::Exists => {
+            if store.delete(&own_seal).await.is_err() {
+                stale.push(own_seal.clone());
+            }
+            found_seal(cx, tp, head).await?
+        }
+    };
+    let step = decide(
+        head.first,
+        end.last_offset,
+        finished,
+        found.as_ref().map(|(s, _)| s),
+    );
+    match step {
+        Step::Commit(next) => {
+            commit_until_done(cx, tp, next, flags).await;
+            if store.delete(&own_seal).await.is_err() {
+                stale.push(own_seal);
+            }
+            let m = &cx.metrics;
+            m.objects.increment(1);
+            m.written_records.increment(end.records);
+            m.written_bytes.increment(end.bytes);
+            m.upload_seconds.record(took.as_secs_f64());
+            if let Ok(mut s) = cx.stats.lock() {
+                s.objects += 1;
+                s.records += end.records;
+                s.bytes += end.bytes;
+            }
+            flags.stored.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(task = %cx.task, object = %store.location(&head.key), records = end.records, bytes = end.bytes, ms = took.as_millis() as u64, reason = end.reason.as_str(), "stored");
+            Ok(None)
+        }
+        Step::Adopt(next) => {
+            tracing::info!(task = %cx.task, object = %store.location(&head.key), next_offset = next, "the object was already stored (a restart or another member wrote it first): adopting it and going on after it");
+            cx.metrics.adopted.increment(1);
+            let epoch = rewind_until_done(cx, tp, Some(next), true, flags).await;
+            if let Some((_, key)) = found {
+                if store.delete(&key).await.is_err() {
+                    stale.push(key);
+                }
+            }
+            Ok(epoch)
+        }
+        Step::Stale => {
+            tracing::warn!(task = %cx.task, object = %store.location(&head.key), "the object was stored and committed by another member: this partition's position is stale; going on from the group's committed offset");
+            Ok(rewind_until_done(cx, tp, None, false, flags).await)
+        }
+    }
+}
+
+/// The seal of the object holding the head's key (its writer's), with the seal's key.
+async fn found_seal(
+    cx: &UploadContext,
+    tp: &Tp,
+    head: &InFlight,
+) -> Result<Option<(Seal, String)>, StoreError> {
+    let Some(tag) = cx.store.tag_of(&head.key).await? else {
+        return Ok(None);
+    };
+    let key = seal_key(&cx.dir, tp, head.first, &tag);
+    match cx.store.get(&key).await {
+        Ok(raw) => Ok(serde_json::from_slice::<Seal>(&raw)
+            .ok()
+            .filter(|s| s.key == head.key)
+            .map(|s| (s, key))),
+        Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+fn seal_json(s: &Seal) -> Vec<u8> {
+    // Plain structs serialize to JSON without failing.
+    serde_json::to_vec(s).unwrap_or_default()
+}
+
+/// Commits `offset`, retrying with a pause until it works or the partition is revoked (the
+/// next object waits: it must not be made visible before this commit).
+async fn commit_until_done(cx: &UploadContext, tp: &Tp, offset: i64, flags: &PartitionFlags) {
+    let mut pause = None;
+    loop {
+        let (ack, rx) = oneshot::channel();
+        if cx
+            .control
+            .send(Control::Commit {
+                tp: tp.clone(),
+                offset,
+                ack,
+            })
+            .is_err()
+        {
+            return;
+        }
+        match rx.await {
+            Ok(Ok(())) => return,
+            Ok(Err(why)) => {
+                cx.metrics.commit_errors.increment(1);
+                tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, %why, "offset commit failed; the object is stored, the commit is retried");
+            }
+            Err(_) => return,
+        }
+        if flags.revoked.load(Ordering::Relaxed) || cx.fatal.is_set() {
+            return;
+        }
+        let p = next_backoff(pause);
+        pause = Some(p);
+        tokio::time::sleep(p).await;
+    }
+}
+
+async fn rewind(cx: &UploadContext, tp: &Tp, to: Option<i64>, commit: bool) -> Result<u64, String> {
+    let (ack, rx) = oneshot::channel();
+    cx.control
+        .send(Control::Rewind {
+            tp: tp.clone(),
+            to,
+            commit,
+            ack,
+        })
+        .map_err(|_| "the poll loop stopped".to_string())?;
+    rx.await.map_err(|_| "the poll loop stopped".to_string())?
+}
+
+async fn rewind_until_done(
+    cx: &UploadContext,
+    tp: &Tp,
+    to: Option<i64>,
+    commit: bool,
+    flags: &PartitionFlags,
+) -> Option<u64> {
+    let mut pause = None;
+    loop {
+        match rewind(cx, tp, to, commit).await {
+            Ok(e) => return Some(e),
+            Err(why) => {
+                tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, %why, "rewinding the partition failed; retrying");
+            }
+        }
+        if flags.revoked.load(Ordering::Relaxed) || cx.fatal.is_set() {
+            return None;
+        }
+        let p = next_backoff(pause);
+        pause = Some(p);
+        tokio::time::sleep(p).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seal(next: i64) -> Seal {
+        Seal {
+            key: "k".into(),
+            last_offset: next - 1,
+            next_offset: next,
+            records: 1,
+        }
+    }
+
+    #[test]
+    fn decisions_after_an_object_finished() {
+        assert_eq!(decide(100, 199, Finished::Stored, None), Step::Commit(200));
+        // Taken by a longer or shorter object: commit past that one, rewind to right after it.
+        assert_eq!(
+            decide(100, 199, Finished::Exists, Some(&seal(250))),
+            Step::Adopt(250)
+        );
+        assert_eq!(
+            decide(100, 199, Finished::Exists, Some(&seal(150))),
+            Step::Adopt(150)
+        );
+        // Taken, but nothing says where it ends (its writer committed and removed the seal).
+        assert_eq!(decide(100, 199, Finished::Exists, None), Step::Stale);
+        assert_eq!(
+            decide(100, 199, Finished::Exists, Some(&seal(100))),
+            Step::Stale
+        );
+    }
+
+    #[test]
+    fn only_failures_an_operator_must_fix_stop_the_task() {
+        let err = |kind| StoreError::new(kind, "s3://b/k", "x");
+        for kind in [
+            ErrorKind::NoSuchBucket,
+            ErrorKind::Unauthorized,
+            ErrorKind::InvalidInput,
+        ] {
+            assert!(fatal(&err(kind)), "{kind:?}");
+        }
+        for kind in [
+            ErrorKind::Unreachable,
+            ErrorKind::Service,
+            ErrorKind::Io,
+            ErrorKind::NotFound,
+        ] {
+            assert!(!fatal(&err(kind)), "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn seals_live_beside_the_archive_and_never_parse_as_archives() {
+        let dir = DumpDir::parse("backups/orders").unwrap();
+        let tp = Tp::new("orders", 3);
+        let k = seal_key(&dir, &tp, 42, "ino-77");
+        assert_eq!(
+            k,
+            "backups/orders/.strata/seals/orders/3/00000000000000000042/ino-77"
+        );
+        let f = crate::layout::TimeDirFormat::parse("yyyy/MM/dd").unwrap();
+        assert!(crate::layout::parse_key(&dir, &f, &k).is_none());
+        let s = seal(10);
+        assert_eq!(serde_json::from_slice::<Seal>(&seal_json(&s)).unwrap(), s);
+    }
+
+    #[test]
+    fn backoff_doubles_to_a_cap() {
+        let mut d = None;
+        let mut seen = Vec::new();
+        for _ in 0..7 {
+            let n = next_backoff(d);
+            seen.push(n.as_secs());
+            d = Some(n);
+        }
+        assert_eq!(seen, vec![1, 2, 4, 8, 16, 30, 30]);
+    }
+}

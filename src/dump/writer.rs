@@ -1,0 +1,548 @@
+//! The writer stage: on its own thread, turns each partition's records into archive objects.
+//! One object per partition is open at a time; its encoder writes into a [`PartSink`], which
+//! hands every full part to the object's upload as it fills, so an open object holds at most
+//! one part in memory. The roll rules (`roll`) decide where objects end.
+//!
+//! Input comes in order from the poll loop; a partition's records of an older epoch (before a
+//! rewind) are dropped. Output: an [`Opened`] per object to the partition's sequencer, then
+//! its parts and its end on the object's own channel.
+
+use super::batch::Batch;
+use super::budget::{ByteBudget, Permit};
+use super::roll::{self, RollReason};
+use super::upload::PartitionFlags;
+use super::{Fatal, Tp};
+use crate::config::{DumpTask, TimeSource};
+use crate::format::{Encoder, Output};
+use crate::layout::{object_key, ObjectName};
+use bytes::Bytes;
+use chrono::NaiveDateTime;
+use std::collections::HashMap;
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::mpsc;
+
+/// What the poll loop tells a writer.
+pub(super) enum ToWriter {
+    /// A partition is this writer's now; its objects go to `objects` (its sequencer).
+    Assigned {
+        tp: Tp,
+        epoch: u64,
+        objects: mpsc::Sender<Opened>,
+        flags: Arc<PartitionFlags>,
+    },
+    Batch {
+        tp: Tp,
+        batch: Batch,
+    },
+    /// The partition was rewound to `from`: drop its open object and older records.
+    Reset {
+        tp: Tp,
+        epoch: u64,
+        from: i64,
+    },
+    Revoked {
+        tp: Tp,
+    },
+    /// Close open objects: of one partition (a `--once` partition reached its target), or of
+    /// all (shutdown).
+    Close {
+        tp: Option<Tp>,
+    },
+    /// Time passed: interval rolls.
+    Tick,
+}
+
+/// A new object, for its partition's sequencer.
+pub(super) struct Opened {
+    pub seq: u64,
+    pub epoch: u64,
+    pub key: String,
+    pub first_offset: i64,
+    pub parts: mpsc::Receiver<ToObject>,
+}
+
+/// What flows on one object's channel: its parts, then its end.
+pub(super) enum ToObject {
+    Part(Bytes, Permit),
+    End(ObjectEnd),
+}
+
+/// How an object ended.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ObjectEnd {
+    pub last_offset: i64,
+    pub records: u64,
+    /// The object's exact stored size.
+    pub bytes: u64,
+    pub reason: RollReason,
+}
+
+/// Settings and shared state of a task's writers.
+pub(super) struct WriterContext {
+    pub task: Arc<DumpTask>,
+    /// Parts handed on and not yet stored.
+    pub in_flight: Arc<ByteBudget>,
+    pub part_size: usize,
+    /// Memory this writer's open objects may hold before the largest are closed.
+    pub open_limit: usize,
+    /// Memory held by the open objects of all writers (for the buffered-bytes gauge).
+    pub buffered: Arc<AtomicUsize>,
+    pub fatal: Arc<Fatal>,
+}
+
+/// Runs until the poll loop hangs up.
+pub(super) fn run(rx: std::sync::mpsc::Receiver<ToWriter>, cx: WriterContext) {
+    let mut w = Writer {
+        parts: HashMap::new(),
+        held: 0,
+        cx,
+    };
+    while let Ok(msg) = rx.recv() {
+        if let Err(e) = w.handle(msg) {
+            w.cx.fatal.set(e);
+            return;
+        }
+    }
+    w.close_all(RollReason::Shutdown);
+    w.account();
+}
+
+struct Writer {
+    parts: HashMap<Tp, PartitionWriter>,
+    /// Memory of the open objects as last accounted.
+    held: usize,
+    cx: WriterContext,
+}
+
+struct PartitionWriter {
+    epoch: u64,
+    /// Records below this offset are dropped (set by a rewind).
+    from: i64,
+    objects: mpsc::Sender<Opened>,
+    flags: Arc<PartitionFlags>,
+    next_seq: u64,
+    open: Option<OpenObject>,
+    /// The current object's sequencer hung up: drop records until a rewind or revocation.
+    discarding: bool,
+}
+
+struct OpenObject {
+    seq: u64,
+    encoder: Encoder<PartSink>,
+    key: String,
+    last_offset: i64,
+    period: NaiveDateTime,
+    /// UTC ms span of `period` when exact: records inside it skip the time-zone arithmetic.
+    span: Option<(i64, i64)>,
+    opened_at: Instant,
+}
+
+impl Writer {
+    fn handle(&mut self, msg: ToWriter) -> Result<(), super::DumpError> {
+        match msg {
+            ToWriter::Assigned {
+                tp,
+                epoch,
+                objects,
+                flags,
+            } => {
+                self.parts.insert(
+                    tp,
+                    PartitionWriter {
+                        epoch,
+                        from: 0,
+                        objects,
+                        flags,
+                        next_seq: 0,
+                        open: None,
+                        discarding: false,
+                    },
+                );
+            }
+            ToWriter::Batch { tp, batch } => self.batch(&tp, batch)?,
+            ToWriter::Reset { tp, epoch, from } => {
+                if let Some(p) = self.parts.get_mut(&tp) {
+                    // Dropping the open object's channel without an end discards its upload.
+                    p.open = None;
+                    p.epoch = epoch;
+                    p.from = from;
+                    p.discarding = false;
+                }
+            }
+            ToWriter::Revoked { tp } => {
+                self.parts.remove(&tp);
+            }
+            ToWriter::Close { tp: Some(tp) } => {
+                if let Some(p) = self.parts.get_mut(&tp) {
+                    p.close(&self.cx.task, RollReason::Shutdown)?;
+                    p.flags.closed.store(true, Ordering::Relaxed);
+                }
+            }
+            ToWriter::Close { tp: None } => self.close_all(RollReason::Shutdown),
+            ToWriter::Tick => {
+                let now = Instant::now();
+                for p in self.parts.values_mut() {
+                    if p.open.as_ref().is_some_and(|o| {
+                        roll::interval_due(o.opened_at, now, self.cx.task.interval)
+                    }) {
+                        p.close(&self.cx.task, RollReason::Interval)?;
+                    }
+                }
+            }
+        }
+        self.account();
+        self.enforce_limit()
+    }
+
+    fn batch(&mut self, tp: &Tp, batch: Batch) -> Result<(), super::DumpError> {
+        let Some(p) = self.parts.get_mut(tp) else {
+            return Ok(());
+        };
+        if batch.epoch != p.epoch || p.discarding {
+            return Ok(());
+        }
+        let cx = &self.cx;
+        batch.try_for_each(tp.partition, |r| {
+            if r.offset < p.from || p.discarding {
+                return Ok(());
+            }
+            p.append(tp, r, cx)
+        })
+    }
+
+    fn close_all(&mut self, reason: RollReason) {
+        for p in self.parts.values_mut() {
+            if let Err(e) = p.close(&self.cx.task, reason) {
+                self.cx.fatal.set(e);
+            }
+        }
+    }
+
+    /// Updates the shared gauge with this writer's open memory.
+    fn account(&mut self) {
+        let now: usize = self.parts.values().map(PartitionWriter::memory).sum();
+        if now >= self.held {
+            self.cx
+                .buffered
+                .fetch_add(now - self.held, Ordering::Relaxed);
+        } else {
+            self.cx
+                .buffered
+                .fetch_sub(self.held - now, Ordering::Relaxed);
+        }
+        self.held = now;
+    }
+
+    /// Closes the largest open objects while this writer holds more than its share.
+    fn enforce_limit(&mut self) -> Result<(), super::DumpError> {
+        if self.held <= self.cx.open_limit {
+            return Ok(());
+        }
+        let tps: Vec<Tp> = self.parts.keys().cloned().collect();
+        let sizes: Vec<usize> = tps
+            .iter()
+            .map(|t| self.parts.get(t).map_or(0, PartitionWriter::memory))
+            .collect();
+        let picked = roll::pick_for_memory(
+            &sizes,
+            self.held,
+            self.cx.open_limit,
+            self.cx.open_limit / 2,
+        );
+        for i in picked {
+            if let Some(p) = self.parts.get_mut(&tps[i]) {
+                p.close(&self.cx.task, RollReason::Memory)?;
+            }
+        }
+        self.account();
+        Ok(())
+    }
+}
+
+impl PartitionWriter {
+    fn memory(&self) -> usize {
+        self.open.as_ref().map_or(0, |o| o.encoder.memory_bytes())
+    }
+
+    fn append(
+        &mut self,
+        tp: &Tp,
+        r: &crate::format::RecordView<'_>,
+        cx: &WriterContext,
+    ) -> Result<(), super::DumpError> {
+        let task = &cx.task;
+        let placed_at = match task.time_source {
+            TimeSource::Record => r.timestamp.unwrap_or_else(now_ms),
+            TimeSource::Dump => now_ms(),
+        };
+        let period = match &self.open {
+            Some(o) if o.span.is_some_and(|(a, b)| a <= placed_at && placed_at < b) => o.period,
+            _ => task.time_directory.period_start(placed_at, task.time_zone),
+        };
+        if self
+            .open
+            .as_ref()
+            .is_some_and(|o| roll::rolls_before(o.period, period))
+        {
+            self.close(task, RollReason::TimeDirectory)?;
+        }
+        if self.open.is_none() {
+            let Some(open) = self.open_object(tp, r.offset, period, cx)? else {
+                self.discarding = true;
+                return Ok(());
+            };
+            self.open = Some(open);
+        }
+        let Some(o) = self.open.as_mut() else {
+            return Ok(());
+        };
+        match o.encoder.append(r) {
+            Ok(()) => {}
+            Err(e) if discarded(&e) => {
+                self.open = None;
+                self.discarding = true;
+                return Ok(());
+            }
+            Err(e) => return Err(encode_error(task, &o.key, e)),
+        }
+        o.last_offset = r.offset;
+        if roll::rolls_on_size(o.encoder.output_bytes(), task.max_file_size.bytes()) {
+            self.close(task, RollReason::Size)?;
+        }
+        Ok(())
+    }
+
+    /// Opens the partition's next object; `None` when its sequencer is gone.
+    fn open_object(
+        &mut self,
+        tp: &Tp,
+        first_offset: i64,
+        period: NaiveDateTime,
+        cx: &WriterContext,
+    ) -> Result<Option<OpenObject>, super::DumpError> {
+        let task = &cx.task;
+        let name = ObjectName {
+            topic: tp.topic.to_string(),
+            partition: tp.partition,
+            first_offset,
+            extension: task.format.extension().to_string(),
+        };
+        let key = object_key(&task.directory, &task.time_directory.render(period), &name);
+        let (tx, rx) = mpsc::channel(2);
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let opened = Opened {
+            seq,
+            epoch: self.epoch,
+            key: key.clone(),
+            first_offset,
+            parts: rx,
+        };
+        // Counted before it is sent: from here until the sequencer is done with it, the
+        // partition is not idle (a `--once` run must not commit past it).
+        self.flags.pending.fetch_add(1, Ordering::Relaxed);
+        if self.objects.blocking_send(opened).is_err() {
+            self.flags.pending.fetch_sub(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+        let sink = PartSink::new(tx, cx.in_flight.clone(), cx.part_size);
+        let encoder =
+            Encoder::new(&task.format, &tp.topic, sink).map_err(|e| encode_error(task, &key, e))?;
+        Ok(Some(OpenObject {
+            seq,
+            encoder,
+            key,
+            last_offset: first_offset,
+            span: task.time_directory.exact_span(period, task.time_zone),
+            period,
+            opened_at: Instant::now(),
+        }))
+    }
+
+    /// Finishes the open object: its last part and its end go to the upload.
+    fn close(&mut self, task: &DumpTask, reason: RollReason) -> Result<(), super::DumpError> {
+        let Some(o) = self.open.take() else {
+            return Ok(());
+        };
+        let done = match o.encoder.finish() {
+            Ok(d) => d,
+            Err(e) if discarded(&e) => {
+                self.discarding = true;
+                return Ok(());
+            }
+            Err(e) => return Err(encode_error(task, &o.key, e)),
+        };
+        if done.ambiguous > 0 {
+            tracing::warn!(task = %task.name, key = %o.key, records = done.ambiguous, "records contain the record delimiter or key separator: restore cannot split them back exactly; use format = \"jsonl\" or \"parquet\" for such data");
+        }
+        let end = ObjectEnd {
+            last_offset: o.last_offset,
+            records: done.records,
+            bytes: done.out.written,
+            reason,
+        };
+        tracing::debug!(task = %task.name, key = %o.key, seq = o.seq, reason = reason.as_str(), records = done.records, "object closed");
+        if done.out.end(end).is_err() {
+            self.discarding = true;
+        }
+        Ok(())
+    }
+}
+
+fn encode_error(task: &DumpTask, key: &str, e: crate::format::EncodeError) -> super::DumpError {
+    super::DumpError::Encode {
+        task: task.name.to_string(),
+        detail: format!("{key}: {e}"),
+    }
+}
+
+fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}
+
+/// The error a [`PartSink`] gives once its upload is gone (a rewind or revocation dropped it).
+const DISCARDED: &str = "strata: the object's upload was discarded";
+
+fn discarded(e: &crate::format::EncodeError) -> bool {
+    e.to_string().contains(DISCARDED)
+}
+
+/// An open object's output: bytes gather into a part; each full part goes to the upload (after
+/// waiting for room in the in-flight budget), so memory per open object stays within a part.
+pub(super) struct PartSink {
+    buf: Vec<u8>,
+    part_size: usize,
+    tx: mpsc::Sender<ToObject>,
+    in_flight: Arc<ByteBudget>,
+    /// Bytes written so far: the object's exact size once finished.
+    pub written: u64,
+}
+
+impl PartSink {
+    fn new(tx: mpsc::Sender<ToObject>, in_flight: Arc<ByteBudget>, part_size: usize) -> Self {
+        Self {
+            buf: Vec::new(),
+            part_size: part_size.max(1),
+            tx,
+            in_flight,
+            written: 0,
+        }
+    }
+
+    fn send_part(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let part = std::mem::take(&mut self.buf);
+        let permit = self.in_flight.acquire(part.len());
+        self.tx
+            .blocking_send(ToObject::Part(Bytes::from(part), permit))
+            .map_err(|_| io::Error::other(DISCARDED))
+    }
+
+    /// The last part and the object's end; `Err` when the upload is gone.
+    fn end(mut self, end: ObjectEnd) -> io::Result<()> {
+        self.send_part()?;
+        self.tx
+            .blocking_send(ToObject::End(end))
+            .map_err(|_| io::Error::other(DISCARDED))
+    }
+}
+
+impl io::Write for PartSink {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.write_all(data)?;
+        Ok(data.len())
+    }
+
+    fn write_all(&mut self, mut data: &[u8]) -> io::Result<()> {
+        self.written += data.len() as u64;
+        while !data.is_empty() {
+            if self.buf.capacity() == 0 {
+                self.buf.reserve_exact(self.part_size.min(64 << 10));
+            }
+            let room = self.part_size - self.buf.len();
+            let take = room.min(data.len());
+            if self.buf.len() + take > self.buf.capacity() {
+                // Grow by doubling, but never past one part.
+                let want = (self.buf.capacity() * 2)
+                    .max(self.buf.len() + take)
+                    .min(self.part_size);
+                self.buf.reserve_exact(want - self.buf.len());
+            }
+            self.buf.extend_from_slice(&data[..take]);
+            data = &data[take..];
+            if self.buf.len() == self.part_size {
+                self.send_part()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Output for PartSink {
+    fn memory_bytes(&self) -> usize {
+        self.buf.capacity()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn parts_are_cut_at_the_part_size_and_never_held_larger() {
+        let (tx, mut rx) = mpsc::channel(16);
+        let budget = ByteBudget::new(1 << 20);
+        let mut sink = PartSink::new(tx, budget.clone(), 1000);
+        for _ in 0..25 {
+            sink.write_all(&[7u8; 123]).unwrap();
+            assert!(sink.memory_bytes() <= 1000);
+        }
+        assert_eq!(sink.written, 25 * 123);
+        sink.end(ObjectEnd {
+            last_offset: 9,
+            records: 25,
+            bytes: 25 * 123,
+            reason: RollReason::Size,
+        })
+        .unwrap();
+        let mut sizes = Vec::new();
+        let mut ended = false;
+        while let Ok(m) = rx.try_recv() {
+            match m {
+                ToObject::Part(b, _) => sizes.push(b.len()),
+                ToObject::End(e) => {
+                    ended = true;
+                    assert_eq!((e.records, e.bytes), (25, 3075));
+                }
+            }
+        }
+        assert_eq!(sizes, vec![1000, 1000, 1000, 75]);
+        assert!(ended);
+        assert_eq!(
+            budget.used(),
+            0,
+            "permits came back as the parts were taken"
+        );
+    }
+
+    #[test]
+    fn a_discarded_upload_turns_into_an_error_the_writer_recognises() {
+        let (tx, rx) = mpsc::channel(1);
+        drop(rx);
+        let mut sink = PartSink::new(tx, ByteBudget::new(100), 10);
+        let e = sink.write_all(&[1u8; 25]).unwrap_err();
+        assert!(e.to_string().contains(DISCARDED));
+        let wrapped = crate::format::EncodeError::from(e);
+        assert!(discarded(&wrapped));
+    }
+}
