@@ -27,8 +27,10 @@ pub fn init_logging(format: LogFormat, level: &str) -> Result<(), TelemetryError
         Ok(f) if !f.is_empty() => EnvFilter::try_new(&f).map_err(|_| TelemetryError::Filter(f))?,
         _ => EnvFilter::try_new(level).map_err(|_| TelemetryError::Filter(level.to_string()))?,
     };
+    // Colours only for a person at a terminal: log files and collectors get plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Human => builder.with_target(false).try_init(),

@@ -48,8 +48,8 @@ pub enum DumpError {
     Encode { task: String, detail: String },
     #[error("task {task}: no topic to read: {topics} matched nothing in the cluster; check the topic names or topic_regex")]
     NoTopics { task: String, topics: String },
-    #[error("task {task}: {records} records could not be stored before shutdown; their offsets were not committed, so the next run reads them again")]
-    Unflushed { task: String, records: u64 },
+    #[error("task {task}: records of {partitions} partition(s) could not be stored before the stop (see the log for why); their offsets were not committed, so the next run reads them again")]
+    Unflushed { task: String, partitions: u64 },
     #[error("task {task}: --once did not cover every partition within {deadline_secs} s: {partitions}; their records up to the high watermarks noted at start are not all archived (another member of group \"{task}\" may still hold them, or the store or Kafka failed: see the log); run again, or raise --once-deadline")]
     OnceIncomplete {
         task: String,

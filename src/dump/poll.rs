@@ -174,7 +174,7 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
     if unstored > 0 {
         return Err(DumpError::Unflushed {
             task: task.name.to_string(),
-            records: unstored,
+            partitions: unstored,
         });
     }
     let mut summary = stats.lock().map(|s| s.clone()).unwrap_or_default();
@@ -396,6 +396,10 @@ impl Poll {
     /// Queues a message for a writer, in order; a full queue pauses consumption instead of
     /// blocking.
     fn queue_for(&mut self, c: &BaseConsumer<DumpContext>, w: usize, msg: ToWriter) {
+        if w >= self.writers.len() {
+            // Shutting down: the writers are gone.
+            return;
+        }
         if self.stash[w].is_empty() {
             match self.writers[w].try_send(msg) {
                 Ok(()) => return,
@@ -410,7 +414,7 @@ impl Poll {
 
     fn drain_stash(&mut self, c: &BaseConsumer<DumpContext>) {
         let mut freed = false;
-        for w in 0..self.writers.len() {
+        for w in 0..self.writers.len().min(self.stash.len()) {
             while let Some(msg) = self.stash[w].pop_front() {
                 match self.writers[w].try_send(msg) {
                     Ok(()) | Err(TrySendError::Disconnected(_)) => {}
@@ -432,7 +436,7 @@ impl Poll {
         let want: HashSet<Tp> = self
             .parts
             .iter()
-            .filter(|(_, a)| a.reached || !self.stash[a.writer].is_empty())
+            .filter(|(_, a)| a.reached || self.stash.get(a.writer).is_some_and(|s| !s.is_empty()))
             .map(|(tp, _)| tp.clone())
             .collect();
         let (pause, resume): (Vec<Tp>, Vec<Tp>) = (
@@ -874,6 +878,7 @@ impl Poll {
             let _ = c.poll(Duration::from_millis(20));
         }
         self.writers.clear();
+        self.stash.clear();
         while self.sequencers.iter().any(|h| !h.is_finished()) {
             if Instant::now() > deadline {
                 let left: u64 = self
@@ -882,10 +887,9 @@ impl Poll {
                     .map(|a| a.flags.pending.load(Ordering::Relaxed))
                     .sum();
                 tracing::error!(task = %self.task.name, objects = left, "objects still not stored at the end of the grace period; their offsets stay uncommitted");
-                self.ucx.unstored.fetch_add(left.max(1), Ordering::Relaxed);
                 self.ucx.fatal.set(DumpError::Unflushed {
                     task: self.task.name.to_string(),
-                    records: left,
+                    partitions: left,
                 });
                 break;
             }

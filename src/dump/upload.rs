@@ -196,8 +196,15 @@ pub(super) async fn sequence(
     let mut input_open = true;
     // Seals that could not be removed (the store was down): removed after the next success.
     let mut stale: Vec<String> = Vec::new();
+    // Records were read and are not stored: a failure rewound the partition and nothing was
+    // stored since. A sequencer that ends so (not revoked) leaves its records for the next run.
+    let mut behind = false;
     loop {
         if !input_open && queue.is_empty() {
+            if behind && !flags.revoked.load(Ordering::Relaxed) {
+                cx.unstored.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, "stopping with records of this partition not stored; they are read again by the next run");
+            }
             return;
         }
         if flags.revoked.load(Ordering::Relaxed) || cx.fatal.is_set() {
@@ -249,7 +256,10 @@ pub(super) async fn sequence(
                 abort_all(&mut queue, &flags);
                 backoff = None;
             }
-            Ok(None) => backoff = None,
+            Ok(None) => {
+                backoff = None;
+                behind = false;
+            }
             Err(e) if fatal(&e) => {
                 cx.metrics.store_fatal.increment(1);
                 cx.fatal.set(super::DumpError::Store {
@@ -267,6 +277,7 @@ pub(super) async fn sequence(
                 backoff = Some(pause);
                 tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, seq = head.seq, error = %e, retry_in_s = pause.as_secs(), "storing failed; the partition is read again from the object's first offset after a pause (its offsets stay uncommitted)");
                 abort_all(&mut queue, &flags);
+                behind = true;
                 tokio::time::sleep(pause).await;
                 if let Some(e) = rewind_until_done(&cx, &tp, Some(head.first), false, &flags).await
                 {
@@ -356,7 +367,12 @@ async fn finish_head(
     );
     match step {
         Step::Commit(next) => {
-            commit_until_done(cx, tp, next, flags).await;
+            if !commit_until_done(cx, tp, next, flags).await {
+                // Revoked before the commit: the seal stays, so that the partition's new owner
+                // adopts this object instead of writing its records again.
+                tracing::info!(task = %cx.task, object = %store.location(&head.key), "stored, but the partition was revoked before its offsets were committed; its new owner adopts the object");
+                return Ok(None);
+            }
             if store.delete(&own_seal).await.is_err() {
                 stale.push(own_seal);
             }
@@ -417,9 +433,14 @@ fn seal_json(s: &Seal) -> Vec<u8> {
     serde_json::to_vec(s).unwrap_or_default()
 }
 
-/// Commits `offset`, retrying with a pause until it works or the partition is revoked (the
-/// next object waits: it must not be made visible before this commit).
-async fn commit_until_done(cx: &UploadContext, tp: &Tp, offset: i64, flags: &PartitionFlags) {
+/// Commits `offset`, retrying with a pause until it works (`true`) or the partition is revoked
+/// (`false`). The next object waits: it must not be made visible before this commit.
+async fn commit_until_done(
+    cx: &UploadContext,
+    tp: &Tp,
+    offset: i64,
+    flags: &PartitionFlags,
+) -> bool {
     let mut pause = None;
     loop {
         let (ack, rx) = oneshot::channel();
@@ -432,18 +453,18 @@ async fn commit_until_done(cx: &UploadContext, tp: &Tp, offset: i64, flags: &Par
             })
             .is_err()
         {
-            return;
+            return false;
         }
         match rx.await {
-            Ok(Ok(())) => return,
+            Ok(Ok(())) => return true,
             Ok(Err(why)) => {
                 cx.metrics.commit_errors.increment(1);
                 tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, %why, "offset commit failed; the object is stored, the commit is retried");
             }
-            Err(_) => return,
+            Err(_) => return false,
         }
         if flags.revoked.load(Ordering::Relaxed) || cx.fatal.is_set() {
-            return;
+            return false;
         }
         let p = next_backoff(pause);
         pause = Some(p);

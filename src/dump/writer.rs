@@ -348,6 +348,7 @@ impl PartitionWriter {
             self.flags.pending.fetch_sub(1, Ordering::Relaxed);
             return Ok(None);
         }
+        tracing::debug!(task = %task.name, key = %key, seq, first_offset, "object opened");
         let sink = PartSink::new(tx, cx.in_flight.clone(), cx.part_size);
         let encoder =
             Encoder::new(&task.format, &tp.topic, sink).map_err(|e| encode_error(task, &key, e))?;

@@ -518,19 +518,37 @@ impl Drop for S3Upload {
     }
 }
 
+/// Aborts an upload, retrying for a few minutes while the store is unreachable (an upload cut
+/// off by an outage cannot be aborted during it).
 async fn abort_upload(store: &S3Store, key: &str, full: &str, upload_id: &str) {
-    let r = store
-        .client
-        .abort_multipart_upload()
-        .bucket(&store.bucket)
-        .key(full)
-        .upload_id(upload_id)
-        .send()
-        .await;
-    if let Err(e) = r {
-        tracing::warn!(object = %store.location(key), error = %store.scrub(DisplayErrorContext(&e).to_string()), "abort of a multipart upload failed; it is removed at the next start, or by a lifecycle rule for incomplete uploads");
+    let mut pause = Duration::from_secs(1);
+    for attempt in 1.. {
+        let r = store
+            .client
+            .abort_multipart_upload()
+            .bucket(&store.bucket)
+            .key(full)
+            .upload_id(upload_id)
+            .send()
+            .await;
+        let Err(e) = r else { return };
+        if e.code() == Some("NoSuchUpload") {
+            return;
+        }
+        let transient = matches!(e, SdkError::DispatchFailure(_) | SdkError::TimeoutError(_))
+            || e.raw_response()
+                .is_some_and(|r| r.status().is_server_error());
+        if !transient || attempt >= ABORT_ATTEMPTS {
+            tracing::warn!(object = %store.location(key), error = %store.scrub(DisplayErrorContext(&e).to_string()), "abort of a multipart upload failed; it is removed at the next start, or by a lifecycle rule for incomplete uploads");
+            return;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(30));
     }
 }
+
+/// Tries of an abort while the store is unreachable: about five minutes.
+const ABORT_ATTEMPTS: u32 = 13;
 
 /// S3 answers a conditional write whose key is taken with 412.
 fn precondition_failed<E: ProvideErrorMetadata>(e: &SdkError<E, HttpResponse>) -> bool {
