@@ -521,3 +521,145 @@ async fn latest_start_is_remembered_between_once_runs() {
     let firsts: Vec<i64> = objects.iter().map(|o| o.name.first_offset).collect();
     assert_eq!(firsts, vec![10, 10]);
 }
+
+/// A topic written by a transactional producer ends with commit (and abort) markers that no
+/// consumer receives: `--once` must still count the partitions as covered and exit 0, with
+/// every committed record archived and no aborted one.
+#[tokio::test(flavor = "multi_thread")]
+async fn once_covers_a_transactional_topic_up_to_its_markers() {
+    use rdkafka::producer::{FutureRecord, Producer};
+    let topic = unique("txn");
+    create_topic(&topic, 2).await;
+    let p: rdkafka::producer::FutureProducer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("transactional.id", unique("txn-producer"))
+        .set("transaction.timeout.ms", "10000")
+        .create()
+        .unwrap();
+    p.init_transactions(Duration::from_secs(30)).unwrap();
+    let send_all = |n: usize, tag: &'static str| {
+        let p = p.clone();
+        let topic = topic.clone();
+        async move {
+            for i in 0..n {
+                let value = format!("{tag}-{i}");
+                p.send(
+                    FutureRecord::<(), _>::to(&topic)
+                        .partition((i % 2) as i32)
+                        .payload(&value),
+                    Duration::from_secs(10),
+                )
+                .await
+                .map_err(|(e, _)| e)
+                .unwrap();
+            }
+        }
+    };
+    p.begin_transaction().unwrap();
+    send_all(40, "committed").await;
+    p.commit_transaction(Duration::from_secs(30)).unwrap();
+    p.begin_transaction().unwrap();
+    send_all(10, "aborted").await;
+    p.abort_transaction(Duration::from_secs(30)).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "{}{}",
+        file_toml(root.path()),
+        task_toml(&unique("txn-task"), &topic, "format = \"jsonl\"\n")
+    );
+    let summaries = dump_once(&toml).await;
+    assert_eq!(summaries[0].partitions.len(), 2);
+    for part in &summaries[0].partitions {
+        assert_eq!(part.coverage, strata::dump::Coverage::ThisRun, "{part:?}");
+        assert!(part.to > 20, "the watermark counts the markers: {part:?}");
+    }
+    let store = strata::store::FsStore::new(root.path().to_path_buf());
+    let objects = read_archive(&store, "", strata::format::TextOptions::default()).await;
+    let values: Vec<String> = objects
+        .iter()
+        .flat_map(|o| &o.records)
+        .map(|r| String::from_utf8(r.value.clone().unwrap()).unwrap())
+        .collect();
+    assert_eq!(values.len(), 40, "{values:?}");
+    assert!(values.iter().all(|v| v.starts_with("committed-")));
+    // The group's committed offsets reached the watermarks: the next run has nothing to do.
+    let again = dump_once(&toml).await;
+    assert!(again[0]
+        .partitions
+        .iter()
+        .all(|p| p.coverage == strata::dump::Coverage::NothingNew));
+}
+
+/// Peak resident memory of a finished child process (from /proc while it runs).
+fn peak_rss_of(child: &mut std::process::Child) -> u64 {
+    let pid = child.id();
+    let mut peak = 0;
+    loop {
+        if let Ok(s) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            if let Some(kb) = s
+                .lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+            {
+                peak = peak.max(kb * 1024);
+            }
+        }
+        if child.try_wait().unwrap().is_some() {
+            return peak;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// 500 partitions, each with an open object: memory stays within the buffer budget (objects
+/// close early when it fills) instead of growing with the number of partitions.
+#[tokio::test(flavor = "multi_thread")]
+async fn five_hundred_partitions_stay_within_the_memory_budget() {
+    let topic = unique("wide");
+    create_topic(&topic, 500).await;
+    // Timestamps 1 s apart, ending now (brokers refuse records too far in the future).
+    let start = chrono::Utc::now().timestamp_millis() - 50_000_000;
+    let mut records = sample_records(&topic, 50_000, 500, start);
+    for r in &mut records {
+        r.value = Some(vec![b'w'; 1000]);
+    }
+    produce(&records).await;
+    let root = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("wide.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}{}",
+            file_toml(root.path()),
+            task_toml(&unique("wide-task"), &topic, "format = \"parquet\"\n")
+        ),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(strata_bin())
+        .args(["dump", "--once", "--config"])
+        .arg(&cfg)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let log = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
+    let peak = peak_rss_of(&mut child);
+    let text = log.join().unwrap();
+    assert!(child.wait().unwrap().success(), "{text}");
+    let store = strata::store::FsStore::new(root.path().to_path_buf());
+    let objects = read_archive(&store, "", strata::format::TextOptions::default()).await;
+    assert_eq!(
+        objects.iter().map(|o| o.records.len()).sum::<usize>(),
+        50_000
+    );
+    let partitions: std::collections::BTreeSet<i32> =
+        objects.iter().map(|o| o.name.partition).collect();
+    assert_eq!(partitions.len(), 500);
+    // The default budget (256 MiB) and the process itself within 300 MiB, as the memory
+    // benchmark requires of large topics (bench/README.md).
+    eprintln!("500 partitions: peak RSS {} MiB", peak >> 20);
+    assert!(peak <= 300 << 20, "peak RSS {} MiB", peak >> 20);
+}

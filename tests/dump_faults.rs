@@ -144,19 +144,17 @@ fn sigterm(child: &mut std::process::Child) -> std::process::ExitStatus {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn kill_9_at_random_moments_archives_every_offset_exactly_once() {
+async fn kill_9_scenario(archive: Archive) {
     let topic = unique("crash");
     create_topic(&topic, 4).await;
     let dir = tempfile::tempdir().unwrap();
-    let archive = dir.path().join("archive");
     // Static membership: a restarted process takes over its partitions at once instead of
     // waiting for the killed one's session to expire.
     let cfg = write_config(
         dir.path(),
         &format!(
             "{}{FAST_GROUP}\"group.instance.id\" = \"{}\"\n[[tasks]]\nname = \"{}\"\ntopics = [\"{topic}\"]\ndump_interval_secs = 1\nformat = \"jsonl\"\nmax_file_size = \"1MiB\"\n[limits]\nleftover_age_secs = 0\n",
-            file_toml(&archive),
+            archive.toml(None),
             unique("crash-member"),
             unique("crash-task")
         ),
@@ -193,15 +191,45 @@ async fn kill_9_at_random_moments_archives_every_offset_exactly_once() {
         stored >= 5,
         "the killed processes stored only {stored} objects; the test proves little"
     );
-    let archived = assert_exactly_once(&FsStore::new(archive.clone()), &topic, 4).await;
+    let store = archive.store().await;
+    let archived = assert_exactly_once(store.as_ref(), &topic, 4).await;
     assert_eq!(archived, produced);
-    // Nothing of the killed writers stays: the final run removed their temp files and seals,
-    // and left none of its own.
-    let litter: Vec<String> = walk_files(&archive)
+    // Nothing of the killed writers stays: the final run removed their incomplete uploads (or
+    // temp files) and seals, and left none of its own.
+    let mut litter: Vec<String> = store
+        .incomplete("")
+        .await
+        .unwrap()
         .into_iter()
-        .filter(|p| p.contains("/.strata-") || p.contains("/.strata/"))
+        .map(|w| w.handle)
         .collect();
+    litter.extend(
+        store
+            .list("")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|o| o.key)
+            .filter(|k| k.contains(".strata/")),
+    );
+    if let Archive::Dir(d) = &archive {
+        litter.extend(
+            walk_files(&d.path().join("archive"))
+                .into_iter()
+                .filter(|p| p.contains("/.strata-")),
+        );
+    }
     assert!(litter.is_empty(), "leftovers: {litter:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_at_random_moments_archives_every_offset_exactly_once() {
+    kill_9_scenario(Archive::fs()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_at_random_moments_archives_every_offset_exactly_once_on_s3() {
+    kill_9_scenario(Archive::s3()).await;
 }
 
 fn walk_files(dir: &Path) -> Vec<String> {
@@ -217,17 +245,15 @@ fn walk_files(dir: &Path) -> Vec<String> {
     out
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn two_processes_share_partitions_through_rebalances() {
+async fn rebalance_scenario(archive: Archive) {
     let topic = unique("rebalance");
     create_topic(&topic, 6).await;
     let dir = tempfile::tempdir().unwrap();
-    let archive = dir.path().join("archive");
     let cfg = write_config(
         dir.path(),
         &format!(
             "{}{FAST_GROUP}[[tasks]]\nname = \"{}\"\ntopics = [\"{topic}\"]\ndump_interval_secs = 1\nformat = \"parquet\"\n",
-            file_toml(&archive),
+            archive.toml(None),
             unique("rebalance-task")
         ),
     );
@@ -251,8 +277,19 @@ async fn two_processes_share_partitions_through_rebalances() {
     assert!(la.contains(" stored"), "A stored nothing:\n{la}");
     assert!(lb.contains(" stored"), "B stored nothing:\n{lb}");
     assert!(lb.contains("Assigned"), "B never got partitions:\n{lb}");
-    let archived = assert_exactly_once(&FsStore::new(archive), &topic, 6).await;
+    let store = archive.store().await;
+    let archived = assert_exactly_once(store.as_ref(), &topic, 6).await;
     assert_eq!(archived, produced);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_processes_share_partitions_through_rebalances() {
+    rebalance_scenario(Archive::fs()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_processes_share_partitions_through_rebalances_on_s3() {
+    rebalance_scenario(Archive::s3()).await;
 }
 
 /// A TCP proxy in front of LocalStack that can refuse connections: from strata's side the
