@@ -54,6 +54,11 @@ impl Batch {
 
     /// Copies a polled message in.
     pub fn push<M: Message>(&mut self, m: &M) {
+        if self.data.capacity() == 0 {
+            // Room for a whole batch at once: no regrowing (and copying) on the hot path.
+            self.data.reserve(BATCH_BYTES + (64 << 10));
+            self.records.reserve(BATCH_RECORDS.min(1024));
+        }
         let (timestamp, timestamp_type) = match m.timestamp() {
             rdkafka::Timestamp::CreateTime(t) => (Some(t), TimestampType::CreateTime),
             rdkafka::Timestamp::LogAppendTime(t) => (Some(t), TimestampType::LogAppendTime),

@@ -13,12 +13,12 @@ use std::sync::Mutex;
 
 /// A change of the partitions this worker owns.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum AssignmentChange {
+pub(crate) enum AssignmentChange {
     Assigned(Vec<(String, i32)>),
     Revoked(Vec<(String, i32)>),
 }
 
-pub(super) struct DumpContext {
+pub(crate) struct DumpContext {
     task: String,
     changes: Mutex<Vec<AssignmentChange>>,
     /// Set with every change, so the per-poll check needs no lock.
@@ -26,8 +26,17 @@ pub(super) struct DumpContext {
 }
 
 impl DumpContext {
+    /// A context for a consumer of `task` (its lag metrics carry the name).
+    pub(crate) fn new(task: &str) -> Self {
+        Self {
+            task: task.to_string(),
+            changes: Mutex::new(Vec::new()),
+            changed: AtomicBool::new(false),
+        }
+    }
+
     /// Changes recorded since the last call, oldest first.
-    pub(super) fn take_changes(&self) -> Vec<AssignmentChange> {
+    pub(crate) fn take_changes(&self) -> Vec<AssignmentChange> {
         if !self.changed.swap(false, Ordering::AcqRel) {
             return Vec::new();
         }
@@ -158,15 +167,11 @@ pub(super) fn create(
     for (key, value) in &k.properties {
         c.set(key, value);
     }
-    c.create_with_context(DumpContext {
-        task: task.name.to_string(),
-        changes: Mutex::new(Vec::new()),
-        changed: AtomicBool::new(false),
-    })
-    .map_err(|source| KafkaError::Client {
-        servers: servers(k),
-        source,
-    })
+    c.create_with_context(DumpContext::new(task.name.as_str()))
+        .map_err(|source| KafkaError::Client {
+            servers: servers(k),
+            source,
+        })
 }
 
 #[cfg(test)]

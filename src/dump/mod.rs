@@ -8,9 +8,9 @@
 //! `--once` run covered every partition. The buffer budget is shared out between tasks, and
 //! within a task between the stages.
 
-mod batch;
+pub(crate) mod batch;
 mod budget;
-mod consumer;
+pub(crate) mod consumer;
 mod once;
 mod poll;
 pub mod roll;
@@ -184,6 +184,14 @@ pub async fn run(
         };
         let store = crate::store::open(&task.store).await.map_err(err)?;
         store.check().await.map_err(err)?;
+        let probe = format!(
+            "{}.strata/probe-{}",
+            task.directory.prefix(),
+            uuid::Uuid::new_v4().simple()
+        );
+        if !store.refuses_taken_keys(&probe).await.map_err(err)? {
+            tracing::warn!(task = %task.name, store = %store.location(""), "the store ignores conditional writes (If-None-Match): a crash still never loses or duplicates records, but a member that lost its partitions without noticing (a zombie) can replace an object another member stored; see docs/guarantees.md");
+        }
         stores.push(store);
     }
     let kafka = cfg.kafka.clone();

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 /// How often timers (interval rolls, metrics, subscriptions) are looked at.
 const TICK: Duration = Duration::from_millis(200);
 /// How often a `--once` run checks the group's committed offsets.
-const ONCE_CHECK: Duration = Duration::from_secs(1);
+const ONCE_CHECK: Duration = Duration::from_millis(250);
 /// A clean stop gives the store this long to take what is buffered...
 const STOP_GRACE: Duration = Duration::from_secs(60);
 /// ... and a `--once` run this long.
@@ -149,6 +149,7 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
         opts: s.opts,
         targets: None,
         probe: None,
+        once_soon: false,
         subscribed: Vec::new(),
         next_refresh: Instant::now(),
         metrics: metrics.clone(),
@@ -255,6 +256,9 @@ struct Poll {
     opts: DumpOptions,
     targets: Option<Targets>,
     probe: Option<Probe>,
+    /// `--once`: something happened (a target read, a commit) that may complete the run, so
+    /// the coverage check runs now rather than at its next turn.
+    once_soon: bool,
     subscribed: Vec<String>,
     next_refresh: Instant,
     metrics: Arc<Metrics>,
@@ -321,11 +325,12 @@ impl Poll {
             if check_clock && Instant::now() >= next_tick {
                 next_tick = Instant::now() + TICK;
                 self.tick(c)?;
-                if self.opts.once && Instant::now() >= next_check {
-                    next_check = Instant::now() + ONCE_CHECK;
-                    if self.once_progress(c)? {
-                        return Ok(());
-                    }
+            }
+            if self.opts.once && (self.once_soon || (check_clock && Instant::now() >= next_check)) {
+                self.once_soon = false;
+                next_check = Instant::now() + ONCE_CHECK;
+                if self.once_progress(c)? {
+                    return Ok(());
                 }
             }
         }
@@ -345,9 +350,12 @@ impl Poll {
         };
         if let Some(t) = &self.targets {
             // Past what `--once` was asked to read (or a partition it does not cover): later.
-            if t.target(&tp).is_none_or(|to| m.offset() >= to) {
-                self.set_paused(c, &tp, true);
-                return;
+            match t.target(&tp) {
+                Some(to) if m.offset() < to => self.once_soon |= m.offset() + 1 >= to,
+                _ => {
+                    self.set_paused(c, &tp, true);
+                    return;
+                }
             }
         }
         let Some(a) = self.parts.get_mut(&tp) else {
@@ -415,6 +423,9 @@ impl Poll {
     fn drain_stash(&mut self, c: &BaseConsumer<DumpContext>) {
         let mut freed = false;
         for w in 0..self.writers.len().min(self.stash.len()) {
+            if self.stash[w].is_empty() {
+                continue;
+            }
             while let Some(msg) = self.stash[w].pop_front() {
                 match self.writers[w].try_send(msg) {
                     Ok(()) | Err(TrySendError::Disconnected(_)) => {}
@@ -489,6 +500,7 @@ impl Poll {
         if commits.is_empty() {
             return;
         }
+        self.once_soon |= self.targets.is_some();
         let mut tpl = TopicPartitionList::new();
         for (tp, offset, _) in &commits {
             let _ = tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(*offset));

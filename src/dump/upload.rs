@@ -126,9 +126,11 @@ async fn upload_object(
     let mut held = None;
     while let Some(m) = parts.recv().await {
         match m {
-            ToObject::Part(data, permit) => {
-                if let Err(e) = upload.write(data).await {
-                    return Outcome::Failed(e);
+            ToObject::Part(chunks, permit) => {
+                for data in chunks {
+                    if let Err(e) = upload.write(data).await {
+                        return Outcome::Failed(e);
+                    }
                 }
                 held = Some(permit);
             }

@@ -66,7 +66,8 @@ pub(super) struct Opened {
 
 /// What flows on one object's channel: its parts, then its end.
 pub(super) enum ToObject {
-    Part(Bytes, Permit),
+    /// A part, as the chunks it was filled in.
+    Part(Vec<Bytes>, Permit),
     End(ObjectEnd),
 }
 
@@ -411,10 +412,18 @@ fn discarded(e: &crate::format::EncodeError) -> bool {
     e.to_string().contains(DISCARDED)
 }
 
+/// Bytes gather in chunks of this size (each allocated once, at its full size): a part is a
+/// run of chunks, so filling one never reallocates and copies what it holds.
+const CHUNK: usize = 256 << 10;
+
 /// An open object's output: bytes gather into a part; each full part goes to the upload (after
 /// waiting for room in the in-flight budget), so memory per open object stays within a part.
 pub(super) struct PartSink {
-    buf: Vec<u8>,
+    /// Full chunks of the part being filled.
+    chunks: Vec<Bytes>,
+    /// Bytes in `chunks`.
+    filled: usize,
+    chunk: Vec<u8>,
     part_size: usize,
     tx: mpsc::Sender<ToObject>,
     in_flight: Arc<ByteBudget>,
@@ -425,7 +434,9 @@ pub(super) struct PartSink {
 impl PartSink {
     fn new(tx: mpsc::Sender<ToObject>, in_flight: Arc<ByteBudget>, part_size: usize) -> Self {
         Self {
-            buf: Vec::new(),
+            chunks: Vec::new(),
+            filled: 0,
+            chunk: Vec::new(),
             part_size: part_size.max(1),
             tx,
             in_flight,
@@ -433,14 +444,24 @@ impl PartSink {
         }
     }
 
+    fn seal_chunk(&mut self) {
+        if !self.chunk.is_empty() {
+            let full = std::mem::take(&mut self.chunk);
+            self.filled += full.len();
+            self.chunks.push(Bytes::from(full));
+        }
+    }
+
     fn send_part(&mut self) -> io::Result<()> {
-        if self.buf.is_empty() {
+        self.seal_chunk();
+        if self.chunks.is_empty() {
             return Ok(());
         }
-        let part = std::mem::take(&mut self.buf);
-        let permit = self.in_flight.acquire(part.len());
+        let part = std::mem::take(&mut self.chunks);
+        let permit = self.in_flight.acquire(self.filled);
+        self.filled = 0;
         self.tx
-            .blocking_send(ToObject::Part(Bytes::from(part), permit))
+            .blocking_send(ToObject::Part(part, permit))
             .map_err(|_| io::Error::other(DISCARDED))
     }
 
@@ -462,22 +483,18 @@ impl io::Write for PartSink {
     fn write_all(&mut self, mut data: &[u8]) -> io::Result<()> {
         self.written += data.len() as u64;
         while !data.is_empty() {
-            if self.buf.capacity() == 0 {
-                self.buf.reserve_exact(self.part_size.min(64 << 10));
+            let want = CHUNK.min(self.part_size - self.filled);
+            if self.chunk.capacity() == 0 {
+                self.chunk.reserve_exact(want);
             }
-            let room = self.part_size - self.buf.len();
-            let take = room.min(data.len());
-            if self.buf.len() + take > self.buf.capacity() {
-                // Grow by doubling, but never past one part.
-                let want = (self.buf.capacity() * 2)
-                    .max(self.buf.len() + take)
-                    .min(self.part_size);
-                self.buf.reserve_exact(want - self.buf.len());
-            }
-            self.buf.extend_from_slice(&data[..take]);
+            let take = (want - self.chunk.len()).min(data.len());
+            self.chunk.extend_from_slice(&data[..take]);
             data = &data[take..];
-            if self.buf.len() == self.part_size {
-                self.send_part()?;
+            if self.chunk.len() == want {
+                self.seal_chunk();
+                if self.filled == self.part_size {
+                    self.send_part()?;
+                }
             }
         }
         Ok(())
@@ -490,7 +507,7 @@ impl io::Write for PartSink {
 
 impl Output for PartSink {
     fn memory_bytes(&self) -> usize {
-        self.buf.capacity()
+        self.filled + self.chunk.capacity()
     }
 }
 
@@ -520,7 +537,7 @@ mod tests {
         let mut ended = false;
         while let Ok(m) = rx.try_recv() {
             match m {
-                ToObject::Part(b, _) => sizes.push(b.len()),
+                ToObject::Part(b, _) => sizes.push(b.iter().map(Bytes::len).sum::<usize>()),
                 ToObject::End(e) => {
                     ended = true;
                     assert_eq!((e.records, e.bytes), (25, 3075));

@@ -157,6 +157,19 @@ pub trait ObjectStore: Send + Sync + fmt::Debug {
     async fn tag_of(&self, key: &str) -> Result<Option<String>, StoreError>;
     /// Bytes an upload sends at once (its part size): what a writer holds per open object.
     fn part_size(&self) -> usize;
+    /// Whether the store refuses a [`Finish::CreateNew`] of a taken key (some S3-compatible
+    /// stores ignore `If-None-Match`): two probe uploads of one key under `probe_key`, removed
+    /// after.
+    async fn refuses_taken_keys(&self, probe_key: &str) -> Result<bool, StoreError> {
+        let mut first = self.put_multipart(probe_key).await?;
+        first.write(Bytes::from_static(b"1")).await?;
+        first.finish(Finish::CreateNew).await?;
+        let mut second = self.put_multipart(probe_key).await?;
+        second.write(Bytes::from_static(b"2")).await?;
+        let again = second.finish(Finish::CreateNew).await;
+        self.delete(probe_key).await?;
+        Ok(again? == Finished::Exists)
+    }
     /// `s3://bucket/prefix/key` or `file:///root/key`, for messages.
     fn location(&self, key: &str) -> String;
 }

@@ -248,6 +248,12 @@ pub async fn run(store: &dyn ObjectStore, base: &str, multipart_size: usize) {
         store.incomplete(&k("c/")).await.unwrap().is_empty(),
         "a refused create leaves no upload open"
     );
+    // the store's own answer to "does it refuse taken keys" agrees, and leaves nothing
+    assert!(store.refuses_taken_keys(&k("c/probe")).await.unwrap());
+    assert_eq!(
+        store.head(&k("c/probe")).await.unwrap_err().kind,
+        ErrorKind::NotFound
+    );
     // replace overwrites whatever is there
     let mut over = store.put_multipart(&k("c/small.bin")).await.unwrap();
     over.write(pattern(7, 16)).await.unwrap();
