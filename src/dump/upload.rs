@@ -121,18 +121,23 @@ async fn upload_object(
         Ok(u) => u,
         Err(e) => return Outcome::Failed(e),
     };
-    // The last part may stay in the upload's buffer until the finish (a short part, or a whole
-    // small object): its room in the budget is held until then.
+    // A short part (the last one, or a whole small object) may stay in the upload's buffer
+    // until the finish: its room in the budget is held until then. A full part has gone out
+    // once written, so its room is free at once; holding it until the next part would let
+    // every open object sit on a permit while waiting for another (a deadlock once the open
+    // objects outnumber the parts the budget has room for).
+    let part_size = store.part_size();
     let mut held = None;
     while let Some(m) = parts.recv().await {
         match m {
             ToObject::Part(chunks, permit) => {
+                let len: usize = chunks.iter().map(Bytes::len).sum();
                 for data in chunks {
                     if let Err(e) = upload.write(data).await {
                         return Outcome::Failed(e);
                     }
                 }
-                held = Some(permit);
+                held = (len < part_size).then_some(permit);
             }
             ToObject::End(end) => {
                 return Outcome::Ready {
@@ -589,5 +594,59 @@ mod tests {
             d = Some(n);
         }
         assert_eq!(seen, vec![1, 2, 4, 8, 16, 30, 30]);
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+    use crate::dump::budget::ByteBudget;
+    use crate::store::FsStore;
+
+    /// Three open objects, room for two parts: a full part's room must come back once the part
+    /// is written, or each object sits on a permit while its writer waits for the next one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn open_objects_do_not_sit_on_the_room_of_written_parts() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(FsStore::new(dir.path().to_path_buf()));
+        let part = store.part_size();
+        let budget = ByteBudget::new(2 * part);
+        let mut senders = Vec::new();
+        let mut uploads = Vec::new();
+        for i in 0..3 {
+            let (tx, rx) = mpsc::channel(4);
+            senders.push(tx);
+            uploads.push(tokio::spawn(upload_object(
+                store.clone(),
+                format!("o{i}"),
+                rx,
+            )));
+        }
+        let (finished, writer) = tokio::sync::oneshot::channel();
+        // A thread of its own: if it never gets room, the test fails instead of hanging.
+        std::thread::spawn(move || {
+            // Two full parts per object, round-robin, as a writer of three partitions does.
+            for _ in 0..2 {
+                for tx in &senders {
+                    let permit = budget.acquire(part);
+                    let data = Bytes::from(vec![7u8; part]);
+                    if tx
+                        .blocking_send(ToObject::Part(vec![data], permit))
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+            let _ = finished.send(());
+        });
+        let done = tokio::time::timeout(Duration::from_secs(20), writer).await;
+        assert!(
+            matches!(done, Ok(Ok(()))),
+            "the writer waited for room no part gives back"
+        );
+        for u in uploads {
+            u.abort();
+        }
     }
 }
