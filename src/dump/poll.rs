@@ -28,6 +28,11 @@ use std::time::{Duration, Instant};
 const TICK: Duration = Duration::from_millis(200);
 /// How often a `--once` run checks the group's committed offsets.
 const ONCE_CHECK: Duration = Duration::from_millis(250);
+/// A writer whose queue stays full this long has its partitions paused; until then the poll
+/// loop just waits for it. Pausing makes librdkafka drop what it prefetched for the partition
+/// and fetch it again on resume, which for a writer only briefly behind (an encoder slower
+/// than the fetch) costs more than the wait.
+const PAUSE_BEHIND: Duration = Duration::from_secs(2);
 /// A clean stop gives the store this long to take what is buffered...
 const STOP_GRACE: Duration = Duration::from_secs(60);
 /// ... and a `--once` run this long.
@@ -139,6 +144,7 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
         kafka: s.kafka.clone(),
         rt: s.rt,
         stash: (0..senders.len()).map(|_| VecDeque::new()).collect(),
+        behind_since: vec![None; senders.len()],
         writers: senders,
         next_writer: 0,
         parts: HashMap::new(),
@@ -246,6 +252,8 @@ struct Poll {
     writers: Vec<SyncSender<ToWriter>>,
     /// Per writer, messages its full queue did not take yet (in order).
     stash: Vec<VecDeque<ToWriter>>,
+    /// Per writer, since when its stash holds something.
+    behind_since: Vec<Option<Instant>>,
     next_writer: usize,
     parts: HashMap<Tp, Assigned>,
     /// Partitions paused now (back-pressure or a reached target).
@@ -302,6 +310,14 @@ impl Poll {
             }
             self.serve_controls(c);
             self.drain_stash(c);
+            if self.wait_for_writers(c) {
+                std::thread::sleep(Duration::from_millis(1));
+                if Instant::now() >= next_tick {
+                    next_tick = Instant::now() + TICK;
+                    self.tick(c)?;
+                }
+                continue;
+            }
             // A non-blocking poll first: while records are queued it skips librdkafka's timeout
             // bookkeeping (a clock read per message); block only when the queue is empty.
             let polled = match c.poll(Duration::ZERO) {
@@ -414,6 +430,7 @@ impl Poll {
                 Err(TrySendError::Disconnected(_)) => return,
                 Err(TrySendError::Full(msg)) => self.stash[w].push_back(msg),
             }
+            self.behind_since[w] = Some(Instant::now());
             self.update_pauses(c);
         } else {
             self.stash[w].push_back(msg);
@@ -435,19 +452,48 @@ impl Poll {
                     }
                 }
             }
-            freed |= self.stash[w].is_empty();
+            if self.stash[w].is_empty() {
+                self.behind_since[w] = None;
+                freed = true;
+            }
         }
         if freed {
             self.update_pauses(c);
         }
     }
 
-    /// Pauses what should not be read now (a writer behind, a reached target), resumes the rest.
+    /// Whether a writer's queue has been full for [`PAUSE_BEHIND`].
+    fn long_behind(&self, w: usize) -> bool {
+        self.behind_since
+            .get(w)
+            .copied()
+            .flatten()
+            .is_some_and(|t| t.elapsed() >= PAUSE_BEHIND)
+    }
+
+    /// Whether the loop should wait for a writer instead of polling: one is behind, not for
+    /// long. Once it is behind for long, its partitions are paused and polling goes on.
+    fn wait_for_writers(&mut self, c: &BaseConsumer<DumpContext>) -> bool {
+        let behind: Vec<usize> = (0..self.behind_since.len())
+            .filter(|&w| self.behind_since[w].is_some())
+            .collect();
+        if behind.is_empty() {
+            return false;
+        }
+        if behind.iter().any(|&w| self.long_behind(w)) {
+            self.update_pauses(c);
+            return false;
+        }
+        true
+    }
+
+    /// Pauses what should not be read now (a writer long behind, a reached target), resumes
+    /// the rest.
     fn update_pauses(&mut self, c: &BaseConsumer<DumpContext>) {
         let want: HashSet<Tp> = self
             .parts
             .iter()
-            .filter(|(_, a)| a.reached || self.stash.get(a.writer).is_some_and(|s| !s.is_empty()))
+            .filter(|(_, a)| a.reached || self.long_behind(a.writer))
             .map(|(tp, _)| tp.clone())
             .collect();
         let (pause, resume): (Vec<Tp>, Vec<Tp>) = (
