@@ -817,6 +817,90 @@ async fn once_covers_partitions_held_by_other_members() {
     assert_eq!(assert_exactly_once(store.as_ref(), &topic, 6).await, 1800);
 }
 
+/// A crash between storing an object and committing its offsets leaves the object and its
+/// seal. The next start removes crash leftovers but keeps that seal, finds the object's key
+/// taken when it writes the records again, and adopts the object (no duplicate, no stall).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_between_store_and_commit_is_adopted_after_the_leftover_clean_up() {
+    let topic = unique("uncommitted");
+    create_topic(&topic, 1).await;
+    let archive = Archive::fs();
+    let dir = tempfile::tempdir().unwrap();
+    let task = unique("uncommitted-task");
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "{}[[tasks]]\nname = \"{task}\"\ntopics = [\"{topic}\"]\ndump_interval_secs = 1\nformat = \"jsonl\"\n[limits]\nleftover_age_secs = 0\n",
+            archive.toml(None)
+        ),
+    );
+    produce(&sample_records(
+        &topic,
+        100,
+        1,
+        chrono::Utc::now().timestamp_millis(),
+    ))
+    .await;
+    run_once(&cfg);
+    let store = archive.store().await;
+    let objects: Vec<String> = store
+        .list("")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .filter(|k| !k.contains(".strata/"))
+        .collect();
+    assert_eq!(objects.len(), 1, "{objects:?}");
+    let key = &objects[0];
+    let tag = store
+        .tag_of(key)
+        .await
+        .unwrap()
+        .expect("a stored object has a tag");
+    // What the crashed writer left: the seal it wrote before the object, and no commit.
+    let seal = format!(".strata/seals/{topic}/0/{:020}/{tag}", 0);
+    let body = format!(r#"{{"key":"{key}","last_offset":99,"next_offset":100,"records":100}}"#);
+    store.put(&seal, body.into_bytes().into()).await.unwrap();
+    {
+        use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+        let c: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", bootstrap())
+            .set("group.id", &task)
+            .create()
+            .unwrap();
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(&topic, 0, rdkafka::Offset::Offset(0))
+            .unwrap();
+        c.commit(&tpl, CommitMode::Sync).unwrap();
+    }
+    assert_eq!(committed_offsets(&task, &topic, 1), vec![0]);
+    // Older than the task's interval plus leftover_age_secs: a leftover by age.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let out = std::process::Command::new(strata_bin())
+        .args(["dump", "--once", "--once-deadline", "30", "--config"])
+        .arg(&cfg)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("adopting it"), "{text}");
+    assert_eq!(assert_exactly_once(store.as_ref(), &topic, 1).await, 100);
+    assert_eq!(committed_offsets(&task, &topic, 1), vec![100]);
+    let left: Vec<String> = store
+        .list(".strata/")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the adopted object's seal is removed: {left:?}"
+    );
+}
+
 /// An upload cut off mid-part (the store gone during it) leaves no incomplete multipart upload
 /// once the store is back, and everything is stored exactly once.
 #[tokio::test(flavor = "multi_thread")]

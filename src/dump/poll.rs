@@ -9,7 +9,7 @@ use super::batch::Batch;
 use super::budget::ByteBudget;
 use super::consumer::{self, AssignmentChange, DumpContext};
 use super::once::{offset_of, Probe, Targets};
-use super::upload::{Control, PartitionFlags, UploadContext};
+use super::upload::{self, Control, PartitionFlags, Seal, UploadContext};
 use super::writer::{self, ToWriter, WriterContext};
 use super::{DumpError, DumpOptions, Fatal, Metrics, Summary, Tp};
 use crate::config::{DumpTask, KafkaConfig, StartOffset, TopicSelector};
@@ -113,7 +113,7 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
         metrics: metrics.clone(),
         unstored: Arc::new(AtomicU64::new(0)),
     });
-    clean_up_leftovers(&s.rt, &task, s.store.as_ref(), s.leftover_age);
+    clean_up_leftovers(&s.rt, &consumer, &task, s.store.as_ref(), s.leftover_age);
     let in_flight = ByteBudget::new(sh.in_flight);
     let buffered = Arc::new(AtomicUsize::new(0));
     let mut senders = Vec::new();
@@ -191,18 +191,21 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
 }
 
 /// Removes what a crash of an earlier run left: incomplete uploads and seals older than any
-/// object of this task can live (its interval plus `limits.leftover_age_secs`). Done before
-/// consuming starts, within a bounded time.
+/// object of this task can live (its interval plus `limits.leftover_age_secs`), except the seal
+/// of a stored object whose offsets are not committed (its next owner adopts the object). Done
+/// before consuming starts, within a bounded time.
 fn clean_up_leftovers(
     rt: &tokio::runtime::Handle,
+    c: &BaseConsumer<DumpContext>,
     task: &DumpTask,
     store: &dyn ObjectStore,
     leftover_age: Duration,
 ) {
+    const BOUND: Duration = Duration::from_secs(60);
     let older_than = task.interval + leftover_age;
     let prefix = task.directory.prefix();
     let name = task.name.to_string();
-    let work = async {
+    let look = async {
         match store.remove_incomplete(&prefix, older_than).await {
             Ok(0) => {}
             Ok(n) => {
@@ -212,24 +215,73 @@ fn clean_up_leftovers(
                 tracing::warn!(task = %name, error = %e, "could not look for incomplete uploads a crash left behind; an S3 lifecycle rule for incomplete multipart uploads cleans them up")
             }
         }
-        let seals = format!("{prefix}.strata/seals/");
         let cutoff = chrono::Utc::now()
             - chrono::Duration::from_std(older_than).unwrap_or(chrono::Duration::MAX);
-        if let Ok(listed) = store.list(&seals).await {
-            for o in listed
-                .iter()
-                .filter(|o| o.last_modified.is_some_and(|t| t < cutoff))
-            {
-                let _ = store.delete(&o.key).await;
-            }
+        let mut found = Vec::new();
+        let Ok(listed) = store.list(&format!("{prefix}.strata/seals/")).await else {
+            return found;
+        };
+        for o in listed
+            .iter()
+            .filter(|o| o.last_modified.is_some_and(|t| t < cutoff))
+        {
+            let Some((tp, _, tag)) = upload::parse_seal_key(&task.directory, &o.key) else {
+                continue;
+            };
+            let Ok(raw) = store.get(&o.key).await else {
+                continue;
+            };
+            // A seal that does not parse cannot help an adoption.
+            let Ok(seal) = serde_json::from_slice::<Seal>(&raw) else {
+                found.push((o.key.clone(), tp, None));
+                continue;
+            };
+            let Ok(object_tag) = store.tag_of(&seal.key).await else {
+                continue;
+            };
+            let live = object_tag.as_deref() == Some(tag.as_str());
+            found.push((o.key.clone(), tp, Some((seal, tag, object_tag, live))));
         }
+        found
     };
     // Set-up, before any stage runs: the task's own thread may wait here.
+    let Ok(found) = rt.block_on(async { tokio::time::timeout(BOUND, look).await }) else {
+        tracing::warn!(task = %name, "looking for leftovers of a crash took over a minute; going on");
+        return;
+    };
+    let mut tpl = TopicPartitionList::new();
+    for (_, tp, _) in found.iter().filter(|f| f.2.as_ref().is_some_and(|s| s.3)) {
+        if tpl.find_partition(&tp.topic, tp.partition).is_none() {
+            tpl.add_partition(&tp.topic, tp.partition);
+        }
+    }
+    // Unknown commits keep the seals of stored objects: removing one too many loses data.
+    let committed = (tpl.count() > 0)
+        .then(|| c.committed_offsets(tpl, Duration::from_secs(10)).ok())
+        .flatten();
+    let litter: Vec<String> = found
+        .into_iter()
+        .filter(|(_, tp, s)| match s {
+            None => true,
+            Some((seal, tag, object_tag, _)) => {
+                let at = committed
+                    .as_ref()
+                    .and_then(|l| offset_of(l, &tp.topic, tp.partition));
+                upload::seal_is_litter(seal, tag, object_tag.as_deref(), at)
+            }
+        })
+        .map(|(k, _, _)| k)
+        .collect();
+    let remove = async {
+        for k in &litter {
+            let _ = store.delete(k).await;
+        }
+    };
     if rt
-        .block_on(async { tokio::time::timeout(Duration::from_secs(60), work).await })
+        .block_on(async { tokio::time::timeout(BOUND, remove).await })
         .is_err()
     {
-        tracing::warn!(task = %name, "looking for leftovers of a crash took over a minute; going on");
+        tracing::warn!(task = %name, "removing the leftovers of a crash took over a minute; going on");
     }
 }
 

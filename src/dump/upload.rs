@@ -61,6 +61,33 @@ pub(crate) fn seal_key(dir: &DumpDir, tp: &Tp, first: i64, tag: &str) -> String 
     )
 }
 
+/// The partition, first offset and upload tag a seal's key names (`None`: not a seal key).
+pub(crate) fn parse_seal_key(dir: &DumpDir, key: &str) -> Option<(Tp, i64, String)> {
+    let rest = key.strip_prefix(&format!("{}.strata/seals/", dir.prefix()))?;
+    let mut parts = rest.split('/');
+    let topic = parts.next()?;
+    let partition = parts.next()?.parse().ok()?;
+    let first = parts.next()?.parse().ok()?;
+    let tag = parts.next()?;
+    if topic.is_empty() || tag.is_empty() || parts.next().is_some() {
+        return None;
+    }
+    Some((Tp::new(topic, partition), first, tag.to_string()))
+}
+
+/// Whether a seal a crash left may go: its object was never made visible by that upload
+/// (`object_tag` is another's or none), or the group committed past it. A seal of a stored
+/// object whose offsets are not committed stays: it is what lets the partition's next owner
+/// adopt that object instead of finding its key taken with nothing saying where it ends.
+pub(crate) fn seal_is_litter(
+    seal: &Seal,
+    seal_tag: &str,
+    object_tag: Option<&str>,
+    committed: Option<i64>,
+) -> bool {
+    object_tag != Some(seal_tag) || committed.is_some_and(|c| c >= seal.next_offset)
+}
+
 /// What the sequencers of a task share.
 pub(super) struct UploadContext {
     pub task: String,
@@ -582,6 +609,38 @@ mod tests {
         assert!(crate::layout::parse_key(&dir, &f, &k).is_none());
         let s = seal(10);
         assert_eq!(serde_json::from_slice::<Seal>(&seal_json(&s)).unwrap(), s);
+    }
+
+    #[test]
+    fn seal_keys_parse_back() {
+        let dir = DumpDir::parse("backups/orders").unwrap();
+        let tp = Tp::new("orders", 3);
+        let k = seal_key(&dir, &tp, 42, "ino-77");
+        assert_eq!(parse_seal_key(&dir, &k), Some((tp, 42, "ino-77".into())));
+        for bad in [
+            "backups/orders/2026/12/02/orders+3+00000000000000000042.jsonl",
+            "backups/orders/.strata/seals/orders/x/00000000000000000042/t",
+            "backups/orders/.strata/seals/orders/3/00000000000000000042",
+            "backups/orders/.strata/seals/orders/3/00000000000000000042/t/more",
+            "other/.strata/seals/orders/3/00000000000000000042/t",
+        ] {
+            assert_eq!(parse_seal_key(&dir, bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_crash_seal_stays_while_its_stored_object_is_not_committed() {
+        let s = seal(200);
+        // The writer died before its object became visible, or another upload won the key.
+        assert!(seal_is_litter(&s, "t1", None, None));
+        assert!(seal_is_litter(&s, "t1", Some("t2"), Some(100)));
+        // Stored, not committed (or the commit is unknown): the next owner adopts it.
+        assert!(!seal_is_litter(&s, "t1", Some("t1"), None));
+        assert!(!seal_is_litter(&s, "t1", Some("t1"), Some(100)));
+        assert!(!seal_is_litter(&s, "t1", Some("t1"), Some(199)));
+        // Stored and committed; the writer died before removing the seal.
+        assert!(seal_is_litter(&s, "t1", Some("t1"), Some(200)));
+        assert!(seal_is_litter(&s, "t1", Some("t1"), Some(350)));
     }
 
     #[test]
