@@ -64,6 +64,25 @@ enum Command {
         #[arg(long, value_name = "SECS", default_value_t = 600, requires = "once")]
         once_deadline: u64,
     },
+    /// Copy topics between the local cluster and a peer cluster (type = "replicate" tasks),
+    /// exactly once, with MirrorMaker 2's offset syncs and checkpoints.
+    Replicate {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Copy up to the source high watermarks noted at start, then exit (migrations): exit
+        /// 0 only once the target holds every partition that far.
+        #[arg(long)]
+        once: bool,
+        /// With --once: give up after this many seconds with exit code 3.
+        #[arg(long, value_name = "SECS", default_value_t = 600, requires = "once")]
+        once_deadline: u64,
+    },
+    /// Connect to both clusters of every replicate task and report bootstrap, authentication,
+    /// authorization and topic-creation rights, without starting anything.
+    ReplicateCheck {
+        #[arg(long, short)]
+        config: PathBuf,
+    },
     /// Replay archived objects back into Kafka (flags override the config file).
     Restore(Box<RestoreArgs>),
     /// Serve the Kafka tiered-storage bridge (RemoteStorageManager) on this host.
@@ -262,6 +281,51 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 }
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Command::Replicate {
+            config,
+            once,
+            once_deadline,
+        } => {
+            let cfg = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return Ok(code),
+            };
+            let stop = start_mode(&cfg, cli.log_format).await?;
+            let opts = strata::replicate::ReplicateOptions {
+                once,
+                once_deadline: std::time::Duration::from_secs(once_deadline),
+            };
+            match strata::replicate::run(&cfg, opts, stop).await {
+                Ok(summaries) => {
+                    for s in summaries {
+                        tracing::info!(task = %s.task, flow = %s.flow, records = s.records, bytes = s.bytes, transactions = s.transactions, "done");
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    tracing::error!("replicate failed: {e}");
+                    eprintln!("error: replicate failed: {e}");
+                    Ok(ExitCode::from(e.exit_code()))
+                }
+            }
+        }
+        Command::ReplicateCheck { config } => {
+            let cfg = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return Ok(code),
+            };
+            if cfg.replicate.is_empty() {
+                eprintln!("error: {}", strata::replicate::ReplicateError::NoTasks);
+                return Ok(ExitCode::from(2));
+            }
+            let report = strata::replicate::check(&cfg).await;
+            print!("{report}");
+            Ok(if report.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
         Command::Restore(args) => {
             let overrides = args.overrides();

@@ -42,7 +42,7 @@ impl StringList {
     }
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 pub struct RawKafka {
     pub bootstrap_servers: Option<StringList>,
     pub security_protocol: Option<String>,
@@ -114,8 +114,29 @@ pub struct RawTask {
     pub compression: Option<String>,
     pub max_file_size: Option<RawSize>,
     pub topic_refresh_secs: Option<u64>,
+    // Replicate tasks.
+    pub direction: Option<String>,
+    pub local_alias: Option<String>,
+    pub tasks: Option<u32>,
+    pub rename_topics: Option<bool>,
+    pub topic_map: Option<BTreeMap<String, String>>,
+    pub source_header: Option<bool>,
+    pub replication_factor: Option<i32>,
+    pub exactly_once: Option<bool>,
+    pub sync_group_offsets: Option<bool>,
+    pub sync_group_offsets_interval_secs: Option<u64>,
+    pub groups_regex: Option<String>,
+    pub peer: Option<RawPeer>,
     #[serde(flatten)]
     pub unknown: Unknown,
+}
+
+/// `[tasks.peer]`: the other cluster of a replicate task.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawPeer {
+    pub alias: Option<String>,
+    #[serde(flatten)]
+    pub kafka: RawKafka,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -547,3 +547,237 @@ fn example_toml_lists_every_key_and_the_refused_properties() {
         "the {MARKER:?} line of config/example.toml differs from the properties strata refuses"
     );
 }
+
+// ------------------------------------------------------------------------------------------
+// Replicate tasks.
+
+fn replicate(extra: &str, peer_extra: &str) -> String {
+    format!(
+        "[[tasks]]\ntype = \"replicate\"\nname = \"mirror\"\nlocal_alias = \"local\"\ntopics = [\"orders\"]\n{extra}\n[tasks.peer]\nalias = \"east\"\nbootstrap_servers = [\"peer:9094\"]\nsecurity_protocol = \"SASL_PLAINTEXT\"\nsasl_mechanism = \"SCRAM-SHA-512\"\nusername = \"strata\"\npassword = \"${{KAFKA_PASSWORD}}\"\n{peer_extra}"
+    )
+}
+
+fn has(found: &[Issue], key: &str, words: &str) -> bool {
+    found
+        .iter()
+        .any(|i| i.key == key && i.message.contains(words))
+}
+
+#[test]
+fn a_replicate_task_parses_with_mirrormaker_defaults() {
+    let cfg = load(&replicate("", "")).unwrap();
+    assert!(cfg.tasks.is_empty());
+    let t = &cfg.replicate[0];
+    assert_eq!(t.name.as_str(), "mirror");
+    assert_eq!(t.direction, Direction::Pull);
+    assert_eq!(
+        (t.local_alias.as_str(), t.peer_alias.as_str()),
+        ("local", "east")
+    );
+    assert_eq!(t.pipelines, 2);
+    assert_eq!(t.naming, TargetNaming::Identity);
+    assert!(t.exactly_once && !t.source_header && t.group_sync.is_none());
+    assert_eq!(t.start_offset, StartOffset::Earliest);
+    assert_eq!(t.compression, ProduceCompression::None);
+    assert_eq!(t.peer.bootstrap_servers, vec!["peer:9094".to_string()]);
+    // The peer password is a secret: never in the config's debug output.
+    assert!(!format!("{cfg:?}").contains("hunter2-kafka"));
+}
+
+#[test]
+fn replicate_options_parse_into_types() {
+    let cfg = load(&replicate(
+        "direction = \"both\"\nrename_topics = true\ntasks = 4\nexactly_once = false\ncompression = \"zstd\"\nstart_offset = \"latest\"\nsync_group_offsets = true\ngroups_regex = \"app-.*\"\nsync_group_offsets_interval_secs = 30\nreplication_factor = 3\n",
+        "",
+    ))
+    .unwrap();
+    let t = &cfg.replicate[0];
+    assert_eq!(t.direction, Direction::Both);
+    assert_eq!(t.naming, TargetNaming::Rename);
+    assert_eq!(t.pipelines, 4);
+    assert!(!t.exactly_once);
+    assert_eq!(t.compression, ProduceCompression::Zstd);
+    assert_eq!(t.start_offset, StartOffset::Latest);
+    assert_eq!(t.replication_factor, Some(3));
+    let g = t.group_sync.as_ref().unwrap();
+    assert_eq!(g.interval, Duration::from_secs(30));
+    assert!(g.groups.is_match("app-1") && !g.groups.is_match("other-app-1"));
+}
+
+#[test]
+fn aliases_are_short_names_and_differ() {
+    for bad in ["", "a.b", "with space", "abcdefghijklmnopqrstu"] {
+        let found =
+            issues(&replicate("", "").replace("alias = \"east\"", &format!("alias = {bad:?}")));
+        assert!(
+            found.iter().any(|i| i.key == "tasks[0].peer.alias"),
+            "{bad:?}: {found:?}"
+        );
+    }
+    assert!(load(&replicate("", "").replace("\"east\"", "\"East_2-b\"")).is_ok());
+    let found = issues(&replicate("", "").replace("\"east\"", "\"local\""));
+    assert!(
+        has(&found, "tasks[0].peer.alias", "different aliases"),
+        "{found:?}"
+    );
+    let found = issues(&replicate("", "").replace("local_alias = \"local\"\n", ""));
+    assert!(
+        has(&found, "tasks[0].local_alias", "is missing"),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn both_ways_needs_rename_or_the_source_header() {
+    let found = issues(&replicate("direction = \"both\"\n", ""));
+    assert!(
+        has(&found, "tasks[0].direction", "back and forth"),
+        "{found:?}"
+    );
+    assert!(load(&replicate(
+        "direction = \"both\"\nsource_header = true\n",
+        ""
+    ))
+    .is_ok());
+    assert!(load(&replicate(
+        "direction = \"both\"\nrename_topics = true\n",
+        ""
+    ))
+    .is_ok());
+    let found = issues(&replicate("direction = \"sideways\"\n", ""));
+    assert!(has(&found, "tasks[0].direction", "\"pull\""), "{found:?}");
+}
+
+#[test]
+fn a_topic_map_is_bounded_valid_and_not_with_rename() {
+    let found = issues(&replicate(
+        "rename_topics = true\n[tasks.topic_map]\norders = \"orders-copy\"\n",
+        "",
+    ));
+    assert!(has(&found, "tasks[0].topic_map", "both set"), "{found:?}");
+    let many: String = (0..21).map(|i| format!("t{i} = \"c{i}\"\n")).collect();
+    let found = issues(&replicate(&format!("[tasks.topic_map]\n{many}"), ""));
+    assert!(has(&found, "tasks[0].topic_map", "at most 20"), "{found:?}");
+    let found = issues(&replicate(
+        "[tasks.topic_map]\norders = \"bad name!\"\n",
+        "",
+    ));
+    assert!(
+        has(&found, "tasks[0].topic_map", "not a valid Kafka topic name"),
+        "{found:?}"
+    );
+    let cfg = load(&replicate(
+        "[tasks.topic_map]\norders = \"orders-copy\"\n",
+        "",
+    ))
+    .unwrap();
+    assert!(
+        matches!(&cfg.replicate[0].naming, TargetNaming::Map(m) if m.get("orders").map(String::as_str) == Some("orders-copy"))
+    );
+}
+
+#[test]
+fn replicate_topics_are_bounded_and_never_internal() {
+    for internal in ["__consumer_offsets", "mm2-offset-syncs.east.internal"] {
+        let found = issues(&replicate("", "").replace("[\"orders\"]", &format!("[{internal:?}]")));
+        assert!(
+            has(&found, "tasks[0].topics", "never replicated"),
+            "{internal}: {found:?}"
+        );
+    }
+    let list: Vec<String> = (0..21).map(|i| format!("\"t{i}\"")).collect();
+    let found =
+        issues(&replicate("", "").replace("[\"orders\"]", &format!("[{}]", list.join(","))));
+    assert!(has(&found, "tasks[0].topics", "at most 20"), "{found:?}");
+    let found = issues(&replicate("topic_regex = \"ord.*\"\n", ""));
+    assert!(has(&found, "tasks[0].topics", "both set"), "{found:?}");
+}
+
+#[test]
+fn replicate_numbers_are_bounded() {
+    for (line, key) in [
+        ("tasks = 0\n", "tasks[0].tasks"),
+        ("tasks = 65\n", "tasks[0].tasks"),
+        ("replication_factor = 0\n", "tasks[0].replication_factor"),
+        ("topic_refresh_secs = 0\n", "tasks[0].topic_refresh_secs"),
+        (
+            "sync_group_offsets = true\nsync_group_offsets_interval_secs = 0\n",
+            "tasks[0].sync_group_offsets_interval_secs",
+        ),
+        ("compression = \"brotli\"\n", "tasks[0].compression"),
+        ("start_offset = \"middle\"\n", "tasks[0].start_offset"),
+        (
+            "sync_group_offsets = true\ngroups_regex = \"(\"\n",
+            "tasks[0].groups_regex",
+        ),
+        ("groups_regex = \"app-.*\"\n", "tasks[0].groups_regex"),
+    ] {
+        let found = issues(&replicate(line, ""));
+        assert!(found.iter().any(|i| i.key == key), "{line}: {found:?}");
+    }
+}
+
+#[test]
+fn task_types_keep_their_own_keys() {
+    let found = issues(&replicate("format = \"jsonl\"\n", ""));
+    assert!(
+        has(&found, "tasks[0].format", "type = \"dump\""),
+        "{found:?}"
+    );
+    let found = issues("[[tasks]]\nname = \"dumper\"\ntopics = [\"a\"]\ndirection = \"pull\"\n");
+    assert!(
+        has(&found, "tasks[0].direction", "type = \"replicate\""),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn the_peer_cluster_is_validated_like_the_local_one() {
+    let found = issues(&replicate("", "").replace(
+        "[tasks.peer]\nalias = \"east\"\nbootstrap_servers = [\"peer:9094\"]\n",
+        "[tasks.peer]\nalias = \"east\"\n",
+    ));
+    assert!(
+        has(&found, "tasks[0].peer.bootstrap_servers", "is missing"),
+        "{found:?}"
+    );
+    let found = issues(&replicate("", "").replace("${KAFKA_PASSWORD}", "${PEER_PASSWORD}"));
+    assert!(
+        found
+            .iter()
+            .any(|i| i.key == "tasks[0].peer.password" && i.message.contains("PEER_PASSWORD")),
+        "{found:?}"
+    );
+    let found = issues(&replicate("", "").replace("SCRAM-SHA-512", "GSSAPI"));
+    assert!(
+        found
+            .iter()
+            .any(|i| i.key == "tasks[0].peer.sasl_mechanism"),
+        "{found:?}"
+    );
+    let found = issues(&replicate("", "").replace("[tasks.peer]", "[tasks.not_peer]"));
+    assert!(
+        found.iter().any(|i| i.key.starts_with("tasks[0]")),
+        "{found:?}"
+    );
+}
+
+#[test]
+fn replicate_and_dump_tasks_share_names_and_the_task_limit() {
+    let dump = "[[tasks]]\nname = \"mirror\"\ntopics = [\"a\"]\n";
+    let found = issues(&format!("{dump}{}", replicate("", "")));
+    assert!(
+        has(&found, "tasks", "two tasks are named \"mirror\""),
+        "{found:?}"
+    );
+    let many: String = (0..18)
+        .map(|i| format!("[[tasks]]\nname = \"d{i}\"\ntopics = [\"a\"]\n"))
+        .collect();
+    let found = issues(&format!("{many}{}", replicate("", "")));
+    assert!(
+        found
+            .iter()
+            .any(|i| i.key == "tasks" && i.message.contains("at most 18")),
+        "{found:?}"
+    );
+}

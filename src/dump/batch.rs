@@ -88,6 +88,11 @@ impl Batch {
         self.records.is_empty()
     }
 
+    /// Bytes of keys, values and headers held.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+
     pub fn is_full(&self) -> bool {
         self.data.len() >= BATCH_BYTES || self.records.len() >= BATCH_RECORDS
     }

@@ -107,14 +107,22 @@ impl Tp {
 }
 
 /// The first error of any stage of a task; every stage stops once it is set.
-#[derive(Default)]
-pub(crate) struct Fatal {
+pub(crate) struct Fatal<E = DumpError> {
     set: AtomicBool,
-    error: Mutex<Option<DumpError>>,
+    error: Mutex<Option<E>>,
 }
 
-impl Fatal {
-    pub fn set(&self, e: DumpError) {
+impl<E> Default for Fatal<E> {
+    fn default() -> Self {
+        Self {
+            set: AtomicBool::new(false),
+            error: Mutex::new(None),
+        }
+    }
+}
+
+impl<E: std::fmt::Display> Fatal<E> {
+    pub fn set(&self, e: E) {
         let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_none() {
             tracing::error!(error = %e, "task failed");
@@ -127,7 +135,7 @@ impl Fatal {
         self.set.load(Ordering::Acquire)
     }
 
-    pub fn take(&self) -> Option<DumpError> {
+    pub fn take(&self) -> Option<E> {
         self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 }

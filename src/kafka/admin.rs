@@ -67,6 +67,29 @@ impl Admin {
         Ok(())
     }
 
+    /// Whether this client may create `name` (the broker validates the request and creates
+    /// nothing): `Err` carries the broker's reason.
+    pub async fn may_create_topic(&self, name: &str) -> Result<(), KafkaError> {
+        let t = NewTopic::new(name, 1, TopicReplication::Fixed(-1));
+        let opts = AdminOptions::new()
+            .validate_only(true)
+            .request_timeout(Some(ADMIN_TIMEOUT));
+        let results = self
+            .admin
+            .create_topics([&t], &opts)
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        for r in results {
+            if let Err((topic, code)) = r {
+                return Err(KafkaError::Topic {
+                    topic,
+                    detail: format!("creating it would fail: {code}"),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Deletes topics; missing topics are fine.
     pub async fn delete_topics(&self, names: &[&str]) -> Result<(), KafkaError> {
         let opts = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
@@ -114,6 +137,112 @@ impl Admin {
             .iter()
             .find(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
             .map(|t| t.partitions().len() as i32))
+    }
+
+    /// The brokers the cluster reports.
+    pub fn broker_count(&self) -> Result<usize, KafkaError> {
+        let md = self
+            .meta
+            .fetch_metadata(None, ADMIN_TIMEOUT)
+            .map_err(|e| self.unreachable(e))?;
+        Ok(md.brokers().len())
+    }
+
+    /// A topic's configuration entries that are set (not the broker's defaults), by name.
+    pub async fn topic_configs(
+        &self,
+        topic: &str,
+    ) -> Result<std::collections::BTreeMap<String, String>, KafkaError> {
+        use rdkafka::admin::ResourceSpecifier;
+        let opts = AdminOptions::new().request_timeout(Some(ADMIN_TIMEOUT));
+        let results = self
+            .admin
+            .describe_configs([&ResourceSpecifier::Topic(topic)], &opts)
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        let mut out = std::collections::BTreeMap::new();
+        for r in results {
+            let resource = r.map_err(|code| KafkaError::Topic {
+                topic: topic.to_string(),
+                detail: format!(
+                    "cannot read its configuration: {code}; check the ACLs (DescribeConfigs)"
+                ),
+            })?;
+            for e in resource.entries {
+                if let (false, Some(v)) = (e.is_default, e.value) {
+                    out.insert(e.name, v);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One configuration entry of a topic, whatever its source (the effective value).
+    pub async fn topic_config(
+        &self,
+        topic: &str,
+        name: &str,
+    ) -> Result<Option<String>, KafkaError> {
+        use rdkafka::admin::ResourceSpecifier;
+        let opts = AdminOptions::new().request_timeout(Some(ADMIN_TIMEOUT));
+        let results = self
+            .admin
+            .describe_configs([&ResourceSpecifier::Topic(topic)], &opts)
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        for r in results {
+            let resource = r.map_err(|code| KafkaError::Topic {
+                topic: topic.to_string(),
+                detail: format!("cannot read its configuration: {code}"),
+            })?;
+            if let Some(e) = resource.entries.into_iter().find(|e| e.name == name) {
+                return Ok(e.value);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Grows a topic to `total` partitions.
+    pub async fn add_partitions(&self, topic: &str, total: usize) -> Result<(), KafkaError> {
+        use rdkafka::admin::NewPartitions;
+        let opts = AdminOptions::new()
+            .operation_timeout(Some(ADMIN_TIMEOUT))
+            .request_timeout(Some(ADMIN_TIMEOUT));
+        let results = self
+            .admin
+            .create_partitions([&NewPartitions::new(topic, total)], &opts)
+            .await
+            .map_err(|e| self.unreachable(e))?;
+        for r in results {
+            if let Err((topic, code)) = r {
+                return Err(KafkaError::Topic {
+                    topic,
+                    detail: format!(
+                        "cannot add partitions (to {total}): {code}; check the ACLs (Alter)"
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Consumer groups: name, state and how many members are active.
+    pub fn groups(&self) -> Result<Vec<(String, String, usize)>, KafkaError> {
+        let list = self
+            .meta
+            .fetch_group_list(None, ADMIN_TIMEOUT)
+            .map_err(|e| self.unreachable(e))?;
+        Ok(list
+            .groups()
+            .iter()
+            .map(|g| {
+                (
+                    g.name().to_string(),
+                    g.state().to_string(),
+                    g.members().len(),
+                )
+            })
+            .collect())
     }
 
     /// `(low, high)` watermarks of one partition.

@@ -3,6 +3,7 @@
 //! `tasks` (dump), `restore`, `tier`; shared checks live here.
 
 mod kafka;
+mod replicate;
 mod restore;
 mod store;
 mod tasks;
@@ -176,6 +177,18 @@ pub(super) const LIMITS_KEYS: &[&str] = &["max_tasks", "buffer_memory", "leftove
 pub(super) const TELEMETRY_KEYS: &[&str] = &["log_format", "log_level", "metrics_listen"];
 pub(super) const TASK_KEYS: &[&str] = &[
     "type",
+    "direction",
+    "local_alias",
+    "tasks",
+    "rename_topics",
+    "topic_map",
+    "source_header",
+    "replication_factor",
+    "exactly_once",
+    "sync_group_offsets",
+    "sync_group_offsets_interval_secs",
+    "groups_regex",
+    "peer",
     "name",
     "topics",
     "topic_regex",
@@ -258,13 +271,33 @@ pub(super) fn validate(
             ),
         );
     }
-    let tasks: Vec<DumpTask> = raw
-        .tasks
-        .iter()
-        .enumerate()
-        .filter_map(|(i, t)| tasks::task(&mut cx, &format!("tasks[{i}]"), t, &store))
-        .collect();
+    let mut tasks: Vec<DumpTask> = Vec::new();
+    let mut replicate: Vec<ReplicateTask> = Vec::new();
+    for (i, t) in raw.tasks.iter().enumerate() {
+        let k = format!("tasks[{i}]");
+        if t.kind.as_deref() == Some("replicate") {
+            replicate.extend(replicate::task(&mut cx, &k, t));
+        } else {
+            replicate::foreign_keys(&mut cx, &k, t, false);
+            tasks.extend(tasks::task(&mut cx, &k, t, &store));
+        }
+    }
     tasks::check_task_overlaps(&mut cx, &tasks);
+    let mut names: Vec<&str> = tasks
+        .iter()
+        .map(|t| t.name.as_str())
+        .chain(replicate.iter().map(|t| t.name.as_str()))
+        .collect();
+    names.sort_unstable();
+    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
+        cx.push(
+            "tasks",
+            format!(
+                "two tasks are named {:?}; names must be unique (each names its consumer groups)",
+                w[0]
+            ),
+        );
+    }
     let restore = raw
         .restore
         .map(|r| restore::restore(&mut cx, r, &store, &kafka));
@@ -278,6 +311,7 @@ pub(super) fn validate(
         limits,
         telemetry,
         tasks,
+        replicate,
         restore: restore.flatten(),
         tier,
     })

@@ -13,7 +13,10 @@ pub(super) fn task(
     let before = cx.issues.len();
     if let Some(kind) = cx.text(&format!("{k}.type"), &raw.kind) {
         if kind != "dump" {
-            cx.push(format!("{k}.type"), format!("{kind:?} is not a task type strata runs; use \"dump\" (replication is not available yet)"));
+            cx.push(
+                format!("{k}.type"),
+                format!("{kind:?} is not a task type; use \"dump\" or \"replicate\""),
+            );
         }
     }
     let name = match cx.text(&format!("{k}.name"), &raw.name) {
@@ -157,15 +160,6 @@ pub(super) fn task(
 pub(super) fn check_task_overlaps(cx: &mut Ctx<'_>, tasks: &[DumpTask]) {
     for (i, a) in tasks.iter().enumerate() {
         for b in &tasks[i + 1..] {
-            if a.name == b.name {
-                cx.push(
-                    "tasks",
-                    format!(
-                        "two tasks are named {:?}; names must be unique (each is a consumer group)",
-                        a.name.as_str()
-                    ),
-                );
-            }
             let same_place = a.store.url == b.store.url && a.directory == b.directory;
             let shared = match (&a.topics, &b.topics) {
                 (TopicSelector::List(x), TopicSelector::List(y)) => {

@@ -1,0 +1,997 @@
+//! One direction of a replication task at work. A flow runs `tasks` pipelines; each is a
+//! member of the flow's source consumer group, which shares out the source partitions, and
+//! runs one worker thread per partition it holds.
+//!
+//! Exactly once: a partition's worker owns a transactional producer whose id belongs to that
+//! partition, so whoever holds the partition next fences it by initialising the same id (the
+//! consumer group cannot fence across clusters). Records and the partition's next source
+//! offset go into the target in one transaction; a worker starts from the position it reads
+//! back from the target after fencing, never from the source group's offsets (those are only
+//! a report for lag and `kafka-consumer-groups`).
+
+use super::naming::{crosses, SOURCE_HEADER};
+use super::positions::{self, position_key, Position};
+use super::setup::{FlowSetup, Route};
+use super::ReplicateError;
+use crate::dump::batch::Batch;
+use crate::dump::consumer::{AssignmentChange, DumpContext};
+use crate::dump::Tp;
+use crate::kafka::{client_config, servers, KafkaError};
+use rdkafka::client::ClientContext;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::{Header, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Bytes of records a transaction gathers at most.
+const TXN_BYTES: usize = 4 << 20;
+/// Batches queued for a worker; a full queue pauses the partition.
+const QUEUE: usize = 8;
+const TICK: Duration = Duration::from_millis(200);
+/// The target's transaction timeout: a transaction left open by a crashed worker is aborted
+/// after this (or at once, when the partition's next owner fences it).
+const TXN_TIMEOUT: Duration = Duration::from_secs(60);
+/// MirrorMaker 2's `offset.lag.max`: an offset sync at least every this many records.
+const SYNC_EVERY: i64 = 100;
+/// After a failed transaction, wait this long before reading the records again.
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+/// A worker whose queue stays full this long has its partition paused; until then the
+/// pipeline waits for it (pausing drops what librdkafka prefetched, see dump's poll loop).
+const PAUSE_BEHIND: Duration = Duration::from_secs(2);
+/// After its producer was fenced, a partition the group still assigns to this member gets a
+/// new worker this much later: by then a zombie has heard of its revocation, while a producer
+/// fenced only by a timed-out transaction resumes.
+const REFENCE_AFTER: Duration = Duration::from_secs(5);
+/// How long a worker may fail in a row before the log says the partition is stuck.
+const STUCK_AFTER: Duration = Duration::from_secs(60);
+
+/// Delivery reports of one worker's producer, for the offset syncs: where sampled source
+/// records landed, and the first failure.
+#[derive(Default)]
+struct Deliveries {
+    landed: Mutex<Landed>,
+    failed: Mutex<Option<String>>,
+}
+
+/// Where records of the current transaction landed: one pair per [`SYNC_EVERY`] records, at
+/// every gap in the source offsets, and the last.
+#[derive(Default)]
+struct Landed {
+    samples: Vec<(i64, i64)>,
+    last: Option<(i64, i64)>,
+}
+
+/// Marks records that are bookkeeping, not replicated records.
+const BOOKKEEPING: usize = usize::MAX;
+
+impl ClientContext for Deliveries {}
+
+impl ProducerContext for Deliveries {
+    /// The source offset of a replicated record.
+    type DeliveryOpaque = usize;
+
+    fn delivery(&self, r: &DeliveryResult<'_>, upstream: usize) {
+        match r {
+            Ok(m) if upstream != BOOKKEEPING => {
+                let mut l = self.landed.lock().unwrap_or_else(|p| p.into_inner());
+                let pair = (upstream as i64, m.offset());
+                let sample = match (l.samples.last(), l.last) {
+                    (None, _) => true,
+                    (Some(s), Some(prev)) => pair.0 - s.0 >= SYNC_EVERY || pair.0 != prev.0 + 1,
+                    (Some(_), None) => true,
+                };
+                if sample {
+                    l.samples.push(pair);
+                }
+                l.last = Some(pair);
+            }
+            Ok(_) => {}
+            Err((e, _)) => {
+                let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+                f.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+}
+
+/// What a worker tells its pipeline.
+enum FromWorker {
+    /// Fenced and ready at `next` (read from the target): the pipeline seeks there.
+    Ready { tp: Tp, next: i64 },
+    /// A transaction committed up to `next`.
+    Committed { tp: Tp, next: i64 },
+    /// A transaction failed and was aborted: read again from `next`.
+    Rewind { tp: Tp, next: i64 },
+    /// Another member holds the partition now (this producer was fenced).
+    Fenced { tp: Tp },
+}
+
+enum ToWorker {
+    Batch(Batch),
+    /// The pipeline sought back (epoch bumped): batches of older epochs are stale.
+    Resumed {
+        epoch: u64,
+    },
+    /// `--once`: every record before `to` was handed over; only markers (if anything) lie
+    /// between the last one and `to`.
+    Reached {
+        to: i64,
+        epoch: u64,
+    },
+}
+
+/// A pipeline's view of a partition it holds.
+struct Held {
+    tx: SyncSender<ToWorker>,
+    epoch: u64,
+    batch: Batch,
+    /// The worker fenced and read its position; the consumer sought there.
+    ready: bool,
+    /// Where the worker asked to start, while the seek has not succeeded yet.
+    seek_to: Option<i64>,
+    /// `--once`: the source high watermark noted at start.
+    target: Option<i64>,
+    reached: bool,
+    reached_sent: bool,
+    /// Since when the worker's queue is full (the gathered batch waits for room).
+    full: Option<Instant>,
+    paused: bool,
+    thread: Option<std::thread::JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Held {
+    fn wants_pause(&self) -> bool {
+        !self.ready || self.reached || self.long_behind()
+    }
+
+    fn long_behind(&self) -> bool {
+        self.full.is_some_and(|t| t.elapsed() >= PAUSE_BEHIND)
+    }
+}
+
+fn client_err(
+    k: &crate::config::KafkaConfig,
+) -> impl Fn(rdkafka::error::KafkaError) -> ReplicateError + '_ {
+    move |source| {
+        ReplicateError::Kafka(KafkaError::Client {
+            servers: servers(k),
+            source,
+        })
+    }
+}
+
+/// Runs one pipeline until `stop` or a fatal error of the flow.
+pub(super) fn pipeline(
+    setup: Arc<FlowSetup>,
+    index: u32,
+    stop: Arc<AtomicBool>,
+) -> Result<(), ReplicateError> {
+    let names = &setup.names;
+    let mut cc = client_config(&setup.source);
+    cc.set("group.id", names.group())
+        .set("client.id", format!("{}-{index}", names.group()))
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("isolation.level", "read_committed")
+        .set("partition.assignment.strategy", "cooperative-sticky")
+        .set("auto.offset.reset", "earliest")
+        .set("statistics.interval.ms", "10000")
+        .set("enable.partition.eof", "false")
+        .set("queued.max.messages.kbytes", (16 << 10).to_string())
+        .set("max.partition.fetch.bytes", (2 << 20).to_string())
+        // Partitions added to a subscribed topic reach the group on a metadata refresh only.
+        .set(
+            "topic.metadata.refresh.interval.ms",
+            setup
+                .task
+                .topic_refresh
+                .as_millis()
+                .clamp(1000, 300_000)
+                .to_string(),
+        );
+    // Extra properties last: a test's short session timeout, static membership.
+    for (k, v) in &setup.source.properties {
+        cc.set(k, v);
+    }
+    let c: BaseConsumer<DumpContext> = cc
+        .create_with_context(DumpContext::new(&names.id()))
+        .map_err(client_err(&setup.source))?;
+    let mut p = Pipeline {
+        setup: setup.clone(),
+        held: HashMap::new(),
+        from: std::sync::mpsc::channel(),
+        routes: Arc::new(Vec::new()),
+        version: u64::MAX,
+        last: None,
+        fenced: Vec::new(),
+    };
+    let r = p.run(&c, &stop);
+    for (_, h) in p.held.drain() {
+        stop_worker(h);
+    }
+    r
+}
+
+struct Pipeline {
+    setup: Arc<FlowSetup>,
+    held: HashMap<Tp, Held>,
+    from: (Sender<FromWorker>, Receiver<FromWorker>),
+    routes: Arc<Vec<Route>>,
+    version: u64,
+    /// The partition of the last message (most follow the one before).
+    last: Option<Tp>,
+    /// Partitions whose producer was fenced, and when to look at them again.
+    fenced: Vec<(Tp, Instant)>,
+}
+
+impl Pipeline {
+    fn run(
+        &mut self,
+        c: &BaseConsumer<DumpContext>,
+        stop: &AtomicBool,
+    ) -> Result<(), ReplicateError> {
+        let mut next_tick = Instant::now();
+        loop {
+            if stop.load(Ordering::Relaxed) || self.setup.fatal.is_set() {
+                return Ok(());
+            }
+            self.resubscribe(c)?;
+            self.serve_workers(c);
+            if self.wait_for_workers(c) {
+                std::thread::sleep(Duration::from_millis(1));
+                continue;
+            }
+            let polled = c.poll(Duration::from_millis(50));
+            self.apply_changes(c);
+            match polled {
+                Some(Ok(m)) => self.route(c, &m),
+                Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => {}
+                None => self.flush_all(c),
+                Some(Err(e)) => {
+                    self.setup.stats.error("consume");
+                    tracing::warn!(task = %self.setup.task.name, flow = %self.setup.flow(), error = %e, "consumer error; librdkafka retries");
+                }
+            }
+            if Instant::now() >= next_tick {
+                next_tick = Instant::now() + TICK;
+                self.tick(c);
+            }
+        }
+    }
+
+    /// Whether to wait for a worker instead of polling: its queue is full, not for long.
+    fn wait_for_workers(&mut self, c: &BaseConsumer<DumpContext>) -> bool {
+        let mut wait = false;
+        for (tp, h) in self.held.iter_mut() {
+            if h.full.is_some() {
+                send_batch(c, tp, h);
+                wait |= h.full.is_some() && !h.long_behind();
+            }
+        }
+        wait
+    }
+
+    /// Follows the controller's topic list.
+    fn resubscribe(&mut self, c: &BaseConsumer<DumpContext>) -> Result<(), ReplicateError> {
+        let (version, routes) = self.setup.routes();
+        if version == self.version {
+            return Ok(());
+        }
+        let topics: Vec<&str> = routes.iter().map(|r| r.source.as_str()).collect();
+        if topics.is_empty() {
+            c.unsubscribe();
+        } else {
+            c.subscribe(&topics)
+                .map_err(client_err(&self.setup.source))?;
+        }
+        self.version = version;
+        self.routes = routes;
+        Ok(())
+    }
+
+    fn serve_workers(&mut self, c: &BaseConsumer<DumpContext>) {
+        while let Ok(m) = self.from.1.try_recv() {
+            match m {
+                FromWorker::Ready { tp, next } => {
+                    if let Some(h) = self.held.get_mut(&tp) {
+                        h.seek_to = Some(next);
+                        if let Some(to) = h.target {
+                            // Nothing (more) to copy for --once.
+                            h.reached |= next >= to;
+                        }
+                    }
+                    self.try_seek(c, &tp);
+                }
+                FromWorker::Committed { tp, next } => {
+                    // A report for lag metrics and kafka-consumer-groups: the target holds the
+                    // truth.
+                    let mut tpl = TopicPartitionList::new();
+                    let _ = tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(next));
+                    let _ = c.commit(&tpl, CommitMode::Async);
+                }
+                FromWorker::Rewind { tp, next } => {
+                    if let Some(h) = self.held.get_mut(&tp) {
+                        h.epoch += 1;
+                        h.batch = Batch::new(h.epoch);
+                        h.ready = false;
+                        h.full = None;
+                        h.reached = h.target.is_some_and(|to| next >= to);
+                        h.reached_sent = false;
+                        h.seek_to = Some(next);
+                        let _ = h.tx.send(ToWorker::Resumed { epoch: h.epoch });
+                    }
+                    self.try_seek(c, &tp);
+                }
+                FromWorker::Fenced { tp } => {
+                    tracing::warn!(task = %self.setup.task.name, flow = %self.setup.flow(), topic = %tp.topic, partition = tp.partition, "this partition's producer was fenced: another member took the partition over (or the target aborted a transaction that outlived its timeout); leaving it, and starting again if the group still gives it to this member");
+                    if let Some(h) = self.held.remove(&tp) {
+                        stop_worker(h);
+                    }
+                    set_paused(c, &tp, true);
+                    self.fenced.push((tp, Instant::now() + REFENCE_AFTER));
+                }
+            }
+        }
+    }
+
+    /// Seeks a partition to where its worker starts; retried on the next tick if the consumer
+    /// is not ready for it yet.
+    fn try_seek(&mut self, c: &BaseConsumer<DumpContext>, tp: &Tp) {
+        let Some(h) = self.held.get_mut(tp) else {
+            return;
+        };
+        let Some(next) = h.seek_to else {
+            return;
+        };
+        match c.seek(
+            &tp.topic,
+            tp.partition,
+            Offset::Offset(next),
+            Duration::from_secs(5),
+        ) {
+            Ok(()) => {
+                h.seek_to = None;
+                h.ready = true;
+            }
+            Err(e) => {
+                tracing::debug!(topic = %tp.topic, partition = tp.partition, offset = next, error = %e, "seek not possible yet; retried");
+            }
+        }
+        sync_pause(c, tp, h);
+    }
+
+    fn apply_changes(&mut self, c: &BaseConsumer<DumpContext>) {
+        for change in c.context().take_changes() {
+            match change {
+                AssignmentChange::Assigned(list) => {
+                    for (t, p) in list {
+                        self.start_partition(c, Tp::new(&t, p));
+                    }
+                }
+                AssignmentChange::Revoked(list) => {
+                    for (t, p) in list {
+                        let tp = Tp::new(&t, p);
+                        self.fenced.retain(|(f, _)| *f != tp);
+                        if let Some(h) = self.held.remove(&tp) {
+                            stop_worker(h);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Starts the worker of a partition this member was given (paused until the worker knows
+    /// where to start).
+    fn start_partition(&mut self, c: &BaseConsumer<DumpContext>, tp: Tp) {
+        if self.held.contains_key(&tp) {
+            return;
+        }
+        set_paused(c, &tp, true);
+        let Some(route) = self.routes.iter().find(|r| *r.source == *tp.topic) else {
+            return;
+        };
+        let target = match &self.setup.once {
+            Some(targets) => match targets.get(&(tp.topic.to_string(), tp.partition)) {
+                Some(&to) => Some(to),
+                // Not there when --once started: not this run's business.
+                None => return,
+            },
+            None => None,
+        };
+        match start_worker(
+            &self.setup,
+            tp.clone(),
+            route.target.clone(),
+            target,
+            self.from.0.clone(),
+        ) {
+            Ok(h) => {
+                self.held.insert(tp, h);
+            }
+            Err(e) => self.setup.fatal.set(e),
+        }
+    }
+
+    fn route(&mut self, c: &BaseConsumer<DumpContext>, m: &rdkafka::message::BorrowedMessage<'_>) {
+        let same = self
+            .last
+            .as_ref()
+            .is_some_and(|t| t.partition == m.partition() && &*t.topic == m.topic());
+        if !same {
+            self.last = Some(Tp::new(m.topic(), m.partition()));
+        }
+        let Some(tp) = self.last.clone() else {
+            return;
+        };
+        let Some(h) = self.held.get_mut(&tp) else {
+            return;
+        };
+        if !h.ready || h.reached {
+            // Fetched before the seek, or past --once's end: read again when it matters.
+            return;
+        }
+        if let Some(to) = h.target {
+            if m.offset() >= to {
+                h.reached = true;
+                send_batch(c, &tp, h);
+                return;
+            }
+            h.reached = m.offset() + 1 >= to;
+        }
+        h.batch.push(m);
+        if h.batch.is_full() || h.reached {
+            send_batch(c, &tp, h);
+        }
+    }
+
+    fn flush_all(&mut self, c: &BaseConsumer<DumpContext>) {
+        for (tp, h) in self.held.iter_mut() {
+            send_batch(c, tp, h);
+        }
+    }
+
+    fn tick(&mut self, c: &BaseConsumer<DumpContext>) {
+        let now = Instant::now();
+        let (due, later): (Vec<_>, Vec<_>) = self.fenced.drain(..).partition(|(_, at)| *at <= now);
+        self.fenced = later;
+        if !due.is_empty() {
+            let assigned = c.assignment().ok();
+            for (tp, _) in due {
+                let still = assigned
+                    .as_ref()
+                    .is_some_and(|a| a.find_partition(&tp.topic, tp.partition).is_some());
+                if still {
+                    self.start_partition(c, tp);
+                }
+            }
+        }
+        let pending: Vec<Tp> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.seek_to.is_some())
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        for tp in pending {
+            self.try_seek(c, &tp);
+        }
+        // --once: a partition whose position passed its target (the last offsets were
+        // transaction markers, which are never delivered) is done too.
+        if self.setup.once.is_some() {
+            let positions = c.position().ok();
+            for (tp, h) in self.held.iter_mut() {
+                if !h.ready || h.reached {
+                    continue;
+                }
+                let pos = positions.as_ref().and_then(|l| {
+                    match l
+                        .find_partition(&tp.topic, tp.partition)
+                        .map(|e| e.offset())
+                    {
+                        Some(Offset::Offset(o)) => Some(o),
+                        _ => None,
+                    }
+                });
+                if let (Some(pos), Some(to)) = (pos, h.target) {
+                    h.reached = pos >= to;
+                }
+            }
+        }
+        for (tp, h) in self.held.iter_mut() {
+            send_batch(c, tp, h);
+            if h.reached && !h.reached_sent && h.batch.is_empty() && h.full.is_none() {
+                if let Some(to) = h.target {
+                    h.reached_sent =
+                        h.tx.try_send(ToWorker::Reached { to, epoch: h.epoch })
+                            .is_ok();
+                }
+            }
+            sync_pause(c, tp, h);
+        }
+    }
+}
+
+fn set_paused(c: &BaseConsumer<DumpContext>, tp: &Tp, pause: bool) {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition(&tp.topic, tp.partition);
+    let _ = if pause { c.pause(&tpl) } else { c.resume(&tpl) };
+}
+
+fn sync_pause(c: &BaseConsumer<DumpContext>, tp: &Tp, h: &mut Held) {
+    let want = h.wants_pause();
+    if want != h.paused {
+        set_paused(c, tp, want);
+        h.paused = want;
+    }
+}
+
+/// Hands the partition's gathered records to its worker; a full queue pauses the partition
+/// until the worker takes them (they stay gathered meanwhile).
+fn send_batch(c: &BaseConsumer<DumpContext>, tp: &Tp, h: &mut Held) {
+    if !h.batch.is_empty() {
+        let batch = std::mem::replace(&mut h.batch, Batch::new(h.epoch));
+        match h.tx.try_send(ToWorker::Batch(batch)) {
+            Ok(()) => h.full = None,
+            Err(TrySendError::Full(ToWorker::Batch(b))) => {
+                h.batch = b;
+                h.full.get_or_insert_with(Instant::now);
+            }
+            Err(_) => {}
+        }
+    }
+    sync_pause(c, tp, h);
+}
+
+fn stop_worker(mut h: Held) {
+    h.stop.store(true, Ordering::Relaxed);
+    drop(h.tx);
+    if let Some(t) = h.thread.take() {
+        let _ = t.join();
+    }
+}
+
+fn start_worker(
+    setup: &Arc<FlowSetup>,
+    tp: Tp,
+    target_topic: String,
+    once_target: Option<i64>,
+    to_pipeline: Sender<FromWorker>,
+) -> Result<Held, ReplicateError> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+    let stop = Arc::new(AtomicBool::new(false));
+    let (setup2, tp2, stop2) = (setup.clone(), tp.clone(), stop.clone());
+    let thread = std::thread::Builder::new()
+        .name(format!("repl-{}", tp.partition))
+        .spawn(move || {
+            let w = Worker {
+                setup: &setup2,
+                tp: &tp2,
+                target: &target_topic,
+                to_pipeline: &to_pipeline,
+                stop: &stop2,
+            };
+            if let Err(e) = w.run(rx) {
+                if !stop2.load(Ordering::Relaxed) {
+                    setup2.fatal.set(e);
+                }
+            }
+        })
+        .map_err(|e| ReplicateError::Setup(format!("cannot start a worker thread: {e}")))?;
+    Ok(Held {
+        tx,
+        epoch: 0,
+        batch: Batch::new(0),
+        ready: false,
+        seek_to: None,
+        target: once_target,
+        reached: false,
+        reached_sent: false,
+        full: None,
+        paused: true,
+        thread: Some(thread),
+        stop,
+    })
+}
+
+/// What a worker takes from its queue for one transaction.
+struct Gather {
+    batches: Vec<Batch>,
+    bytes: usize,
+    reached: Option<i64>,
+}
+
+impl Gather {
+    fn take(&mut self, m: ToWorker, epoch: &mut u64) {
+        match m {
+            ToWorker::Batch(b) if b.epoch == *epoch => {
+                self.bytes += b.bytes();
+                self.batches.push(b);
+            }
+            ToWorker::Batch(_) => {}
+            ToWorker::Resumed { epoch: e } => {
+                *epoch = e;
+                self.batches.clear();
+                self.bytes = 0;
+                self.reached = None;
+            }
+            ToWorker::Reached { to, epoch: e } if e == *epoch => self.reached = Some(to),
+            ToWorker::Reached { .. } => {}
+        }
+    }
+}
+
+struct Done {
+    next: i64,
+    records: u64,
+    bytes: u64,
+    last_timestamp: Option<i64>,
+}
+
+enum Failure {
+    Fenced,
+    Retry(String),
+}
+
+fn fenced(e: &rdkafka::error::KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(RDKafkaErrorCode::ProducerFenced) | Some(RDKafkaErrorCode::InvalidProducerEpoch)
+    ) || e.to_string().to_ascii_lowercase().contains("fenced")
+}
+
+fn failure(e: rdkafka::error::KafkaError) -> Failure {
+    if fenced(&e) {
+        Failure::Fenced
+    } else {
+        Failure::Retry(e.to_string())
+    }
+}
+
+/// A source partition's worker: fence, read the position, then copy transaction by
+/// transaction.
+struct Worker<'a> {
+    setup: &'a FlowSetup,
+    tp: &'a Tp,
+    target: &'a str,
+    to_pipeline: &'a Sender<FromWorker>,
+    stop: &'a AtomicBool,
+}
+
+impl Worker<'_> {
+    fn producer(&self) -> Result<ThreadedProducer<Deliveries>, ReplicateError> {
+        let s = self.setup;
+        let mut pc = client_config(&s.target);
+        pc.set("compression.type", s.task.compression.as_str())
+            .set("linger.ms", "5")
+            .set("batch.size", (1 << 20).to_string())
+            .set("queue.buffering.max.kbytes", (8 << 10).to_string())
+            .set("acks", "all")
+            .set("enable.idempotence", "true")
+            .set(
+                "topic.metadata.refresh.interval.ms",
+                s.task
+                    .topic_refresh
+                    .as_millis()
+                    .clamp(1000, 300_000)
+                    .to_string(),
+            );
+        if s.task.exactly_once {
+            pc.set(
+                "transactional.id",
+                s.names.transactional_id(&self.tp.topic, self.tp.partition),
+            )
+            .set(
+                "transaction.timeout.ms",
+                TXN_TIMEOUT.as_millis().to_string(),
+            );
+        }
+        for (k, v) in &s.target.properties {
+            pc.set(k, v);
+        }
+        pc.create_with_context(Deliveries::default())
+            .map_err(client_err(&s.target))
+    }
+
+    /// Partitions added to the source reach the group before the controller adds them to
+    /// the target: wait until the producer sees this one (else every send fails as unknown).
+    fn wait_for_target_partition(&self, p: &ThreadedProducer<Deliveries>) {
+        let s = self.setup;
+        let since = Instant::now();
+        let mut warned = false;
+        while !self.stop.load(Ordering::Relaxed) {
+            let known = p
+                .client()
+                .fetch_metadata(Some(self.target), Duration::from_secs(5))
+                .ok()
+                .and_then(|m| {
+                    m.topics()
+                        .iter()
+                        .find(|t| t.name() == self.target)
+                        .map(|t| t.partitions().len())
+                });
+            if known.is_some_and(|n| n > self.tp.partition as usize) {
+                return;
+            }
+            if !warned && since.elapsed() >= STUCK_AFTER {
+                warned = true;
+                tracing::warn!(task = %s.task.name, flow = %s.flow(), topic = %self.target, partition = self.tp.partition, "the target topic does not have this partition yet; waiting for it to be added");
+            }
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    fn run(&self, rx: Receiver<ToWorker>) -> Result<(), ReplicateError> {
+        let s = self.setup;
+        let p = self.producer()?;
+        if s.task.exactly_once {
+            // Fences whoever held this partition before (and aborts its open transaction).
+            p.init_transactions(TXN_TIMEOUT).map_err(|e| {
+                super::setup::classify(
+                    s.task.name.as_str(),
+                    s.names.target.as_str(),
+                    &s.target,
+                    &format!("starting the transactional producer: {e}"),
+                )
+            })?;
+        }
+        self.wait_for_target_partition(&p);
+        let reader = s.positions_reader()?;
+        let found = positions::read(&reader, &s.names.positions_topic())?;
+        drop(reader);
+        let stored = found.next(&self.tp.topic, self.tp.partition);
+        // Whether the target holds a position for this partition yet (--once needs one).
+        let mut written = stored.is_some();
+        let mut next = match stored {
+            Some(n) => n,
+            None => s.start_offset(self.tp)?,
+        };
+        tracing::debug!(task = %s.task.name, flow = %s.flow(), topic = %self.tp.topic, partition = self.tp.partition, next, "partition worker ready");
+        let _ = self.to_pipeline.send(FromWorker::Ready {
+            tp: self.tp.clone(),
+            next,
+        });
+        let mut epoch = 0u64;
+        let mut failing_since: Option<Instant> = None;
+        let mut last_stuck_log: Option<Instant> = None;
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let first = match rx.recv_timeout(Duration::from_secs(1)) {
+                Ok(m) => m,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    s.stats.lag_seconds(self.tp, 0.0);
+                    continue;
+                }
+                Err(_) => return Ok(()),
+            };
+            let mut g = Gather {
+                batches: Vec::new(),
+                bytes: 0,
+                reached: None,
+            };
+            g.take(first, &mut epoch);
+            while g.bytes < TXN_BYTES && g.reached.is_none() {
+                match rx.try_recv() {
+                    Ok(m) => g.take(m, &mut epoch),
+                    Err(_) => break,
+                }
+            }
+            // --once: the position moves past trailing markers too.
+            let up_to = g.reached.filter(|&to| to > next || !written);
+            if g.batches.is_empty() && up_to.is_none() {
+                continue;
+            }
+            match self.transaction(&p, &g.batches, next, up_to) {
+                Ok(Some(done)) => {
+                    failing_since = None;
+                    last_stuck_log = None;
+                    written = true;
+                    if done.records > 0 {
+                        s.stats.add(&self.tp.topic, done.records, done.bytes);
+                    }
+                    if let Some(ts) = done.last_timestamp {
+                        let now = chrono::Utc::now().timestamp_millis();
+                        s.stats
+                            .lag_seconds(self.tp, (now - ts).max(0) as f64 / 1000.0);
+                    }
+                    next = done.next;
+                    let _ = self.to_pipeline.send(FromWorker::Committed {
+                        tp: self.tp.clone(),
+                        next,
+                    });
+                }
+                Ok(None) => {}
+                Err(Failure::Fenced) => {
+                    let _ = self.to_pipeline.send(FromWorker::Fenced {
+                        tp: self.tp.clone(),
+                    });
+                    return Ok(());
+                }
+                Err(Failure::Retry(why)) => {
+                    s.stats.error("transaction");
+                    let since = *failing_since.get_or_insert_with(Instant::now);
+                    let stuck = since.elapsed() >= STUCK_AFTER;
+                    if stuck && last_stuck_log.is_none_or(|t| t.elapsed() >= STUCK_AFTER) {
+                        last_stuck_log = Some(Instant::now());
+                        tracing::error!(task = %s.task.name, flow = %s.flow(), topic = %self.tp.topic, partition = self.tp.partition, seconds = since.elapsed().as_secs(), %why, "no progress on this partition: every transaction into the target fails; retrying");
+                    } else if !stuck {
+                        tracing::warn!(task = %s.task.name, flow = %s.flow(), topic = %self.tp.topic, partition = self.tp.partition, %why, "copying a batch failed; it is read again from the last committed position");
+                    }
+                    std::thread::sleep(RETRY_PAUSE);
+                    let _ = self.to_pipeline.send(FromWorker::Rewind {
+                        tp: self.tp.clone(),
+                        next,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Produces the batches' records (those at or after `next`) and the new position, in one
+    /// transaction when exactly once is on. `up_to`: `--once`'s end, when only markers follow.
+    /// `Ok(None)`: nothing new.
+    fn transaction(
+        &self,
+        p: &ThreadedProducer<Deliveries>,
+        batches: &[Batch],
+        next: i64,
+        up_to: Option<i64>,
+    ) -> Result<Option<Done>, Failure> {
+        let s = self.setup;
+        let eos = s.task.exactly_once;
+        let abort = |f: Failure| {
+            if eos {
+                let _ = p.abort_transaction(TXN_TIMEOUT);
+            } else {
+                p.purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+            }
+            f
+        };
+        if eos {
+            p.begin_transaction().map_err(failure)?;
+        }
+        *p.context().failed.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *p.context().landed.lock().unwrap_or_else(|e| e.into_inner()) = Landed::default();
+        let mut last = next - 1;
+        let (mut records, mut bytes) = (0u64, 0u64);
+        let mut last_timestamp = None;
+        let header = s.task.source_header;
+        let source_alias = s.names.source.as_str().as_bytes();
+        let sent = batches.iter().try_for_each(|b| {
+            b.try_for_each(self.tp.partition, |r| {
+                if r.offset < next {
+                    return Ok(());
+                }
+                last = r.offset;
+                let from = r
+                    .headers
+                    .iter()
+                    .find(|h| h.key == SOURCE_HEADER)
+                    .and_then(|h| h.value);
+                if header && !crosses(from, &s.names.target) {
+                    // It came from the target: sending it back would loop.
+                    return Ok(());
+                }
+                let mut hs = OwnedHeaders::new_with_capacity(r.headers.len() + 1);
+                for h in r.headers {
+                    hs = hs.insert(Header {
+                        key: h.key,
+                        value: h.value,
+                    });
+                }
+                if header && from.is_none() {
+                    hs = hs.insert(Header {
+                        key: SOURCE_HEADER,
+                        value: Some(source_alias),
+                    });
+                }
+                let mut rec = BaseRecord::with_opaque_to(self.target, r.offset as usize)
+                    .partition(self.tp.partition)
+                    .headers(hs);
+                if let Some(k) = r.key {
+                    rec = rec.key(k);
+                }
+                if let Some(v) = r.value {
+                    rec = rec.payload(v);
+                }
+                if let Some(ts) = r.timestamp {
+                    rec = rec.timestamp(ts);
+                    last_timestamp = Some(ts);
+                }
+                records += 1;
+                bytes += (r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len)) as u64;
+                send(p, rec)
+            })
+        });
+        if let Err(e) = sent {
+            return Err(abort(failure(e)));
+        }
+        let new_next = match up_to {
+            Some(to) => to.max(last + 1),
+            None => last + 1,
+        };
+        if new_next < next || (new_next == next && up_to.is_none()) {
+            if eos {
+                let _ = p.abort_transaction(TXN_TIMEOUT);
+            }
+            return Ok(None);
+        }
+        let key = position_key(&self.tp.topic, self.tp.partition);
+        let value = Position { next: new_next }.to_json();
+        let positions_topic = s.names.positions_topic();
+        let rec = BaseRecord::with_opaque_to(&positions_topic, BOOKKEEPING)
+            .partition(0)
+            .key(key.as_bytes())
+            .payload(&value[..]);
+        if let Err(e) = send(p, rec) {
+            return Err(abort(failure(e)));
+        }
+        let done = if eos {
+            p.commit_transaction(TXN_TIMEOUT)
+        } else {
+            p.flush(TXN_TIMEOUT)
+        };
+        if let Err(e) = done {
+            return Err(abort(failure(e)));
+        }
+        if let Some(why) = p
+            .context()
+            .failed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        {
+            // A committed transaction has every record; without transactions a failed
+            // delivery means records may be missing: read them again (at least once).
+            if !eos {
+                return Err(Failure::Retry(why));
+            }
+        }
+        // Where the sampled records landed: MirrorMaker 2's offset syncs.
+        let landed =
+            std::mem::take(&mut *p.context().landed.lock().unwrap_or_else(|e| e.into_inner()));
+        let mut syncs = landed.samples;
+        if let Some(l) = landed.last {
+            if syncs.last() != Some(&l) {
+                syncs.push(l);
+            }
+        }
+        for (upstream, downstream) in syncs {
+            s.offset_sync(&self.tp.topic, self.tp.partition, upstream, downstream);
+        }
+        Ok(Some(Done {
+            next: new_next,
+            records,
+            bytes,
+            last_timestamp,
+        }))
+    }
+}
+
+/// Sends one record, waiting while the producer's queue is full.
+fn send(
+    p: &ThreadedProducer<Deliveries>,
+    mut rec: BaseRecord<'_, [u8], [u8], usize>,
+) -> Result<(), rdkafka::error::KafkaError> {
+    loop {
+        match p.send(rec) {
+            Ok(()) => return Ok(()),
+            Err((
+                rdkafka::error::KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull),
+                r,
+            )) => {
+                rec = r;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err((e, _)) => return Err(e),
+        }
+    }
+}
