@@ -9,6 +9,8 @@ Modes (--only; without it: dump, then restore and tier):
            strata's), alternating the contenders in every round; median of --runs rounds.
   memory   strata dump --once with default settings on a 4 GiB backlog over 32 partitions
            (peak RSS), with the kcat floor for reference.
+  partitions  the same with 500 partitions of 100 B records (4M records): memory stays within
+           the budget however many partitions are open.
   restore  bench/restore.sh, when it exists (written with the restore mode).
   tier     bench/tier.sh, when it exists (written with the tier mode).
 
@@ -747,7 +749,7 @@ def machine_md(mc):
 
 # --- latest.md ---------------------------------------------------------------------------------------
 
-SECTION_ORDER = ["dump", "memory", "restore", "tier"]
+SECTION_ORDER = ["dump", "memory", "partitions", "restore", "tier"]
 
 
 def update_latest(sections):
@@ -835,8 +837,8 @@ def main():
     ap.add_argument("--partitions", type=int, help="partitions (default 8; 32 for memory)")
     ap.add_argument("--seed", type=int, default=42, help="generator seed (default 42)")
     ap.add_argument("--runs", type=int, help="rounds, median reported (default 3; 2 with --smoke)")
-    ap.add_argument("--only", choices=["dump", "restore", "tier", "memory"],
-                    help="one mode (default: dump, restore, tier; memory only when asked)")
+    ap.add_argument("--only", choices=["dump", "restore", "tier", "memory", "partitions"],
+                    help="one mode (default: dump, restore, tier; memory and partitions only when asked)")
     ap.add_argument("--contenders", help="comma-separated subset of: kcat,peer," +
                     ",".join(c.key for c in STRATA_ALL) + " (kcat is always measured)")
     ap.add_argument("--wait-load", type=float, help="before measuring, wait until the 1-minute load "
@@ -874,13 +876,18 @@ def main():
     sections = {}
     load_limit = a.wait_load if a.wait_load is not None else (0 if a.smoke else 1.0)
     for mode in modes:
-        memory = mode == "memory"
-        size = a.record_size
-        partitions = a.partitions or (32 if memory else 8)
+        # partitions: the memory check with 500 open partitions of small records (the budget,
+        # not the partition count, bounds memory).
+        many = mode == "partitions"
+        memory = mode in ("memory", "partitions")
+        size = a.record_size if not many or a.record_size != 1024 else 100
+        partitions = a.partitions or (500 if many else 32 if memory else 8)
         if a.records:
             records = a.records
         elif a.smoke:
             records = 20000
+        elif many:
+            records = 4_000_000
         else:
             records = (4 if memory else 1) * GIB // size
         ds = Dataset(records, size, partitions, a.seed)
@@ -937,7 +944,8 @@ def main():
         if fast:
             notes.append("s3s-fs's own CPU for its runs (median, not included above): " +
                          ", ".join(f"{r['format']} {r['s3s_cpu_s']:.1f} s" for r in fast) + ".\n")
-        title = ("Memory: default settings, 4 GiB over 32 partitions" if memory and not a.records
+        title = ("Memory: default settings, 500 partitions of small records" if many
+                 else "Memory: default settings, 4 GiB over 32 partitions" if memory and not a.records
                  else "Memory" if memory else "Dump")
         if a.smoke:
             title += " (smoke)"
@@ -963,7 +971,7 @@ def main():
         good = {}
         for m, md in sections.items():
             info = report["modes"][m]
-            if m in ("dump", "memory"):
+            if m in ("dump", "memory", "partitions"):
                 ok = all(r["runs_failed"] == 0 for r in info["summary"])
             else:
                 ok = info.get("available") and info.get("rc") == 0

@@ -4,8 +4,7 @@
 
 use super::{record_of, required_env, unique};
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Header as KHeader, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureProducer;
 use rdkafka::{Offset, TopicPartitionList};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -89,39 +88,7 @@ pub fn producer_for(k: &KafkaConfig) -> FutureProducer {
 
 /// Produces records (to their partition, with key, value, headers, timestamp) to a cluster.
 pub async fn produce_to(k: &KafkaConfig, records: &[Record]) {
-    let p = producer_for(k);
-    let mut pending = Vec::new();
-    for r in records {
-        let mut headers = OwnedHeaders::new();
-        for h in &r.headers {
-            headers = headers.insert(KHeader {
-                key: &h.key,
-                value: h.value.as_deref(),
-            });
-        }
-        let mut fr: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&r.topic).headers(headers);
-        if let Some(key) = &r.key {
-            fr = fr.key(key.as_slice());
-        }
-        if let Some(v) = &r.value {
-            fr = fr.payload(v.as_slice());
-        }
-        if let Some(p) = r.partition {
-            fr = fr.partition(p);
-        }
-        if let Some(t) = r.timestamp {
-            fr = fr.timestamp(t);
-        }
-        pending.push(p.send_result(fr).map_err(|(e, _)| e).expect("enqueue"));
-        if pending.len() >= 10_000 {
-            for d in pending.drain(..) {
-                d.await.expect("delivery future").expect("delivered");
-            }
-        }
-    }
-    for d in pending {
-        d.await.expect("delivery future").expect("delivered");
-    }
+    super::produce_with(&producer_for(k), records).await;
 }
 
 /// Everything a read_committed reader sees in a topic now (up to the end offsets, past

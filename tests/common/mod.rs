@@ -151,7 +151,11 @@ pub fn sample_records(topic: &str, n: usize, partitions: i32, base_ts: i64) -> V
 
 /// Produces records to their `partition` with their key, value, headers and timestamp.
 pub async fn produce(records: &[Record]) {
-    let p = producer();
+    produce_with(&producer(), records).await;
+}
+
+/// [`produce`] through a given producer (another cluster's).
+pub async fn produce_with(p: &FutureProducer, records: &[Record]) {
     let mut pending = Vec::new();
     for r in records {
         let mut headers = OwnedHeaders::new();
