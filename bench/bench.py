@@ -104,8 +104,9 @@ def service_pid(name):
 
 
 class FastS3:
-    """s3s-fs on a free loopback port for the bench's whole run (no authentication: it accepts
-    whatever strata signs with). Objects are plain files under S3S_DATA/<bucket>/."""
+    """s3s-fs on a free loopback port for the bench's whole run, with the key pair strata signs
+    with (s3s answers signed requests with 501 when it has no keys). Objects are plain files
+    under S3S_DATA/<bucket>/."""
 
     def __init__(self):
         if not S3S_BIN.exists():
@@ -115,7 +116,7 @@ class FastS3:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen([str(S3S_BIN), "--host", "127.0.0.1", "--port", str(self.port),
-                                      str(S3S_DATA)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                      "--access-key", "test", "--secret-key", "test", str(S3S_DATA)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(100):
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
@@ -749,7 +750,7 @@ def machine_md(mc):
 
 # --- latest.md ---------------------------------------------------------------------------------------
 
-SECTION_ORDER = ["dump", "memory", "partitions", "restore", "tier"]
+SECTION_ORDER = ["dump", "memory", "partitions", "replicate", "restore", "tier"]
 
 
 def update_latest(sections):

@@ -443,25 +443,9 @@ async fn store_outage_loses_nothing_and_commits_nothing_unstored() {
     }
 }
 
-/// The group's committed offsets (OffsetFetch only; this consumer never joins the group).
+/// The group's committed offsets on the dev broker (-1: none).
 fn committed_offsets(group: &str, topic: &str, partitions: i32) -> Vec<i64> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let c: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", bootstrap())
-        .set("group.id", group)
-        .create()
-        .unwrap();
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition(topic, p);
-    }
-    let got = c.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
-    (0..partitions)
-        .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
-            Some(rdkafka::Offset::Offset(o)) => o,
-            _ => 0,
-        })
-        .collect()
+    committed_offsets_on(&kafka_config(), group, topic, partitions)
 }
 
 // ------------------------------------------------------------------------------------------

@@ -393,7 +393,7 @@ async fn group_offsets_follow_to_the_target_and_kafkas_client_reads_the_checkpoi
     let committed = {
         let local = local.clone();
         let (topic, group) = (topic.clone(), group.clone());
-        move || committed_of(&local, &group, &topic, 2)
+        move || committed_offsets_on(&local, &group, &topic, 2)
     };
     eventually(90, "the group's offsets on the target", || {
         let c = committed.clone();
@@ -492,25 +492,6 @@ fn consume_and_commit(k: &KafkaConfig, topic: &str, group: &str, max: usize) -> 
     c.commit_consumer_state(CommitMode::Sync).unwrap();
     c.unsubscribe();
     out
-}
-
-fn committed_of(k: &KafkaConfig, group: &str, topic: &str, partitions: i32) -> Vec<i64> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
-    let c: BaseConsumer = strata::kafka::client_config(k)
-        .set("group.id", group)
-        .create()
-        .unwrap();
-    let mut tpl = rdkafka::TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition(topic, p);
-    }
-    let got = c.committed_offsets(tpl, Duration::from_secs(10)).unwrap();
-    (0..partitions)
-        .map(|p| match got.find_partition(topic, p).unwrap().offset() {
-            rdkafka::Offset::Offset(o) => o,
-            _ => -1,
-        })
-        .collect()
 }
 
 fn write_config(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {

@@ -34,6 +34,9 @@ const TXN_BYTES: usize = 4 << 20;
 /// Batches queued for a worker; a full queue pauses the partition.
 const QUEUE: usize = 8;
 const TICK: Duration = Duration::from_millis(200);
+/// Records wait at most this long in a partly filled batch before they go to their worker: a
+/// steady stream fills a batch slowly, and the latency to the target is what users see.
+const BATCH_LINGER: Duration = Duration::from_millis(5);
 /// The target's transaction timeout: a transaction left open by a crashed worker is aborted
 /// after this (or at once, when the partition's next owner fences it).
 const TXN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -238,6 +241,7 @@ impl Pipeline {
         stop: &AtomicBool,
     ) -> Result<(), ReplicateError> {
         let mut next_tick = Instant::now();
+        let mut next_flush = Instant::now() + BATCH_LINGER;
         loop {
             if stop.load(Ordering::Relaxed) || self.setup.fatal.is_set() {
                 return Ok(());
@@ -259,8 +263,13 @@ impl Pipeline {
                     tracing::warn!(task = %self.setup.task.name, flow = %self.setup.flow(), error = %e, "consumer error; librdkafka retries");
                 }
             }
-            if Instant::now() >= next_tick {
-                next_tick = Instant::now() + TICK;
+            let now = Instant::now();
+            if now >= next_flush {
+                next_flush = now + BATCH_LINGER;
+                self.flush_all(c);
+            }
+            if now >= next_tick {
+                next_tick = now + TICK;
                 self.tick(c);
             }
         }

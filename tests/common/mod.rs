@@ -366,3 +366,31 @@ pub fn base_ts() -> i64 {
         .and_utc();
     midnight.timestamp_millis() - 2 * 3_600_000
 }
+
+/// A group's committed offsets on a cluster, -1 where it has none (OffsetFetch only; this
+/// consumer never joins the group).
+pub fn committed_offsets_on(
+    k: &KafkaConfig,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> Vec<i64> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let c: BaseConsumer = strata::kafka::client_config(k)
+        .set("group.id", group)
+        .create()
+        .expect("consumer");
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition(topic, p);
+    }
+    let got = c
+        .committed_offsets(tpl, std::time::Duration::from_secs(10))
+        .expect("committed offsets");
+    (0..partitions)
+        .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
+            Some(rdkafka::Offset::Offset(o)) => o,
+            _ => -1,
+        })
+        .collect()
+}
