@@ -188,6 +188,28 @@ async fn pull_with_rename_keeps_keys_values_headers_timestamps_and_tombstones() 
     assert_eq!(read_committed(&local, &target).len(), 3000);
 }
 
+/// At least once (no transactions, for targets that refuse them): every record arrives, in
+/// order, and a second run resumes from the stored positions.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_transactions_every_record_arrives_and_positions_follow() {
+    let (local, peer) = (kafka_config(), peer_kafka_config());
+    let topic = unique("alo");
+    create_topic_on(&peer, &topic, 2).await;
+    produce_to(&peer, &sample_records(&topic, 500, 2, base_ts())).await;
+    let toml = task_toml(
+        &unique("alo-task"),
+        "pull",
+        &format!("topics = [\"{topic}\"]\nexactly_once = false\n"),
+        "",
+    );
+    assert_eq!(run_once(&config_with_peer(&toml)).await[0].records, 500);
+    produce_to(&peer, &sample_records(&topic, 200, 2, base_ts())).await;
+    assert_eq!(run_once(&config_with_peer(&toml)).await[0].records, 200);
+    let source = read_committed(&peer, &topic);
+    let copied = read_committed(&local, &topic);
+    assert_same_partitions(&source, &copied, "at least once");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn push_keeps_names_and_refuses_changed_parameters() {
     let (local, peer) = (kafka_config(), peer_kafka_config());

@@ -663,6 +663,15 @@ fn failure(e: rdkafka::error::KafkaError) -> Failure {
     }
 }
 
+/// The first failed delivery since the last look, if any.
+fn take_failure(p: &ThreadedProducer<Deliveries>) -> Option<String> {
+    p.context()
+        .failed
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+}
+
 /// A source partition's worker: fence, read the position, then copy transaction by
 /// transaction.
 struct Worker<'a> {
@@ -933,6 +942,16 @@ impl Worker<'_> {
             }
             return Ok(None);
         }
+        if !eos {
+            // Without a transaction the position may only follow records already stored: it
+            // lives in another partition, which could take it while a record of this run fails.
+            if let Err(e) = p.flush(TXN_TIMEOUT) {
+                return Err(abort(failure(e)));
+            }
+            if let Some(why) = take_failure(p) {
+                return Err(Failure::Retry(why));
+            }
+        }
         let key = position_key(&self.tp.topic, self.tp.partition);
         let value = Position { next: new_next }.to_json();
         let positions_topic = s.names.positions_topic();
@@ -951,15 +970,9 @@ impl Worker<'_> {
         if let Err(e) = done {
             return Err(abort(failure(e)));
         }
-        if let Some(why) = p
-            .context()
-            .failed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        {
+        if let Some(why) = take_failure(p) {
             // A committed transaction has every record; without transactions a failed
-            // delivery means records may be missing: read them again (at least once).
+            // delivery (of the position, now) means reading the run again (at least once).
             if !eos {
                 return Err(Failure::Retry(why));
             }
