@@ -687,7 +687,11 @@ impl Worker<'_> {
         let s = self.setup;
         let mut pc = client_config(&s.target);
         pc.set("compression.type", s.task.compression.as_str())
-            .set("linger.ms", "5")
+            // With transactions, 5 ms had librdkafka's broker threads spend two thirds of a
+            // 1 GiB copy's CPU polling; 20 ms cuts the copy's CPU to a third at the same latency
+            // (bench/README.md, Replicate). Without transactions runs end in rust-rdkafka's
+            // flush, which waits the linger out: keep it short there.
+            .set("linger.ms", if s.task.exactly_once { "20" } else { "5" })
             .set("batch.size", (1 << 20).to_string())
             .set("queue.buffering.max.kbytes", (8 << 10).to_string())
             .set("acks", "all")
