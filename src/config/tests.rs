@@ -487,12 +487,13 @@ fn example_toml_lists_every_key_and_the_refused_properties() {
         }
     }
 
+    let task_keys = task_keys();
     let tables: &[(&str, &[&str])] = &[
         ("kafka", KAFKA_KEYS),
         ("store", STORE_KEYS),
         ("limits", LIMITS_KEYS),
         ("telemetry", TELEMETRY_KEYS),
-        ("tasks", TASK_KEYS),
+        ("tasks", &task_keys),
         ("restore", RESTORE_KEYS),
         ("tier", TIER_KEYS),
     ];

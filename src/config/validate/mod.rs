@@ -175,38 +175,26 @@ pub(super) const STORE_KEYS: &[&str] = &[
 ];
 pub(super) const LIMITS_KEYS: &[&str] = &["max_tasks", "buffer_memory", "leftover_age_secs"];
 pub(super) const TELEMETRY_KEYS: &[&str] = &["log_format", "log_level", "metrics_listen"];
-pub(super) const TASK_KEYS: &[&str] = &[
+/// Keys of every task type; each type's own are in `replicate.rs`.
+pub(super) const COMMON_TASK_KEYS: &[&str] = &[
     "type",
-    "direction",
-    "local_alias",
-    "tasks",
-    "rename_topics",
-    "topic_map",
-    "source_header",
-    "replication_factor",
-    "exactly_once",
-    "sync_group_offsets",
-    "sync_group_offsets_interval_secs",
-    "groups_regex",
-    "peer",
     "name",
     "topics",
     "topic_regex",
     "start_offset",
-    "dump_interval_secs",
-    "bucket",
-    "directory",
-    "time_directory",
-    "time_zone",
-    "time_source",
-    "record_delimiter",
-    "store_key",
-    "key_separator",
-    "format",
     "compression",
-    "max_file_size",
     "topic_refresh_secs",
 ];
+
+/// Every key a `[[tasks]]` entry may have.
+pub(super) fn task_keys() -> Vec<&'static str> {
+    [
+        COMMON_TASK_KEYS,
+        replicate::REPLICATE_ONLY,
+        replicate::DUMP_ONLY,
+    ]
+    .concat()
+}
 pub(super) const RESTORE_KEYS: &[&str] = &[
     "bucket",
     "directory",

@@ -5,7 +5,7 @@ use super::*;
 
 /// Keys of a replicate task (beside `type`, `name`, `topics`, `topic_regex`, `start_offset`,
 /// `compression`, `topic_refresh_secs`, which both task types have).
-const REPLICATE_ONLY: &[&str] = &[
+pub(super) const REPLICATE_ONLY: &[&str] = &[
     "direction",
     "local_alias",
     "tasks",
@@ -21,7 +21,7 @@ const REPLICATE_ONLY: &[&str] = &[
 ];
 
 /// Keys of a dump task only.
-const DUMP_ONLY: &[&str] = &[
+pub(super) const DUMP_ONLY: &[&str] = &[
     "dump_interval_secs",
     "bucket",
     "directory",

@@ -9,7 +9,7 @@ pub(super) fn task(
     raw: &RawTask,
     store: &StoreConfig,
 ) -> Option<DumpTask> {
-    cx.unknown(k, &raw.unknown, TASK_KEYS);
+    cx.unknown(k, &raw.unknown, &task_keys());
     let before = cx.issues.len();
     if let Some(kind) = cx.text(&format!("{k}.type"), &raw.kind) {
         if kind != "dump" {
