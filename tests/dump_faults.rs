@@ -488,16 +488,6 @@ impl Archive {
     }
 }
 
-fn signal(child: &std::process::Child, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(child.id().to_string())
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -{sig}");
-}
-
 fn spawn_dump_debug(cfg: &Path, log: &Path, extra: &[&str]) -> std::process::Child {
     let out = std::fs::OpenOptions::new()
         .create(true)

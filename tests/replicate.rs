@@ -541,16 +541,6 @@ fn spawn_replicate(cfg: &Path, log: &Path, extra: &[&str]) -> std::process::Chil
         .unwrap()
 }
 
-fn signal(child: &std::process::Child, sig: &str) {
-    let ok = std::process::Command::new("kill")
-        .arg(format!("-{sig}"))
-        .arg(child.id().to_string())
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "kill -{sig}");
-}
-
 /// Produces small batches of numbered records to `topic` on `k` until stopped.
 fn start_producer(
     k: KafkaConfig,

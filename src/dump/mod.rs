@@ -104,6 +104,19 @@ impl Tp {
             partition,
         }
     }
+
+    /// A polled message's partition, reusing `last` while messages come from one partition
+    /// (a run of them usually does): no allocation per message on the poll loop.
+    pub(crate) fn of_message<M: rdkafka::message::Message>(last: &mut Option<Tp>, m: &M) -> Tp {
+        match last {
+            Some(t) if t.partition == m.partition() && &*t.topic == m.topic() => t.clone(),
+            _ => {
+                let t = Tp::new(m.topic(), m.partition());
+                *last = Some(t.clone());
+                t
+            }
+        }
+    }
 }
 
 /// The first error of any stage of a task; every stage stops once it is set.

@@ -406,16 +406,7 @@ impl Poll {
 
     /// Hands a message to its partition's batch.
     fn route(&mut self, c: &BaseConsumer<DumpContext>, m: &rdkafka::message::BorrowedMessage<'_>) {
-        let same = self
-            .last
-            .as_ref()
-            .is_some_and(|t| t.partition == m.partition() && &*t.topic == m.topic());
-        if !same {
-            self.last = Some(Tp::new(m.topic(), m.partition()));
-        }
-        let Some(tp) = self.last.clone() else {
-            return;
-        };
+        let tp = Tp::of_message(&mut self.last, m);
         if let Some(t) = &self.targets {
             // Past what `--once` was asked to read (or a partition it does not cover): later.
             match t.target(&tp) {

@@ -430,16 +430,7 @@ impl Pipeline {
     }
 
     fn route(&mut self, c: &BaseConsumer<DumpContext>, m: &rdkafka::message::BorrowedMessage<'_>) {
-        let same = self
-            .last
-            .as_ref()
-            .is_some_and(|t| t.partition == m.partition() && &*t.topic == m.topic());
-        if !same {
-            self.last = Some(Tp::new(m.topic(), m.partition()));
-        }
-        let Some(tp) = self.last.clone() else {
-            return;
-        };
+        let tp = Tp::of_message(&mut self.last, m);
         let Some(h) = self.held.get_mut(&tp) else {
             return;
         };

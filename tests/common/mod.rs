@@ -394,3 +394,14 @@ pub fn committed_offsets_on(
         })
         .collect()
 }
+
+/// Sends a signal (`KILL`, `STOP`, `CONT`, `TERM`) to a child process.
+pub fn signal(child: &std::process::Child, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(child.id().to_string())
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill -{sig}");
+}

@@ -377,6 +377,21 @@ fn valid_topic_name(t: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
+/// A task's `start_offset` (either task type): where a new group starts.
+fn start_offset(cx: &mut Ctx<'_>, k: &str, raw: &Option<String>) -> StartOffset {
+    cx.choice(
+        &format!("{k}.start_offset"),
+        raw,
+        StartOffset::Earliest,
+        |s| match s {
+            "earliest" => Some(StartOffset::Earliest),
+            "latest" => Some(StartOffset::Latest),
+            _ => None,
+        },
+        "\"earliest\" or \"latest\"",
+    )
+}
+
 fn topic_selector(
     cx: &mut Ctx<'_>,
     k: &str,

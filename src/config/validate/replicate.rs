@@ -201,17 +201,7 @@ pub(super) fn task(cx: &mut Ctx<'_>, k: &str, raw: &RawTask) -> Option<Replicate
             cx.push(key("replication_factor"), format!("{rf} is outside 1..=32"));
         }
     }
-    let start_offset = cx.choice(
-        &key("start_offset"),
-        &raw.start_offset,
-        StartOffset::Earliest,
-        |s| match s {
-            "earliest" => Some(StartOffset::Earliest),
-            "latest" => Some(StartOffset::Latest),
-            _ => None,
-        },
-        "\"earliest\" or \"latest\"",
-    );
+    let start_offset = super::start_offset(cx, k, &raw.start_offset);
     let compression = cx.choice(
         &key("compression"),
         &raw.compression,

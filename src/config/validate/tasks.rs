@@ -32,17 +32,7 @@ pub(super) fn task(
             .ok(),
     };
     let topics = topic_selector(cx, k, &raw.topics, &raw.topic_regex, true);
-    let start_offset = cx.choice(
-        &format!("{k}.start_offset"),
-        &raw.start_offset,
-        StartOffset::Earliest,
-        |s| match s {
-            "earliest" => Some(StartOffset::Earliest),
-            "latest" => Some(StartOffset::Latest),
-            _ => None,
-        },
-        "\"earliest\" or \"latest\"",
-    );
+    let start_offset = start_offset(cx, k, &raw.start_offset);
     let interval = raw
         .dump_interval_secs
         .unwrap_or(defaults::DUMP_INTERVAL_SECS);
