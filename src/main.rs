@@ -104,6 +104,10 @@ struct RestoreArgs {
     /// Config file; without it, local Kafka and `file://./strata-archive` unless flags say otherwise.
     #[arg(long, short)]
     config: Option<PathBuf>,
+    /// Take the archive's bucket, directory, time layout and text options from this dump task
+    /// of the config file (a file with one dump task uses it without this flag).
+    #[arg(long, value_name = "NAME")]
+    task: Option<String>,
     /// Archive location: `s3://bucket/prefix` or `file:///path` (store.url; S3 settings stay from [store]).
     #[arg(long, value_name = "URL")]
     source: Option<String>,
@@ -159,6 +163,7 @@ struct RestoreArgs {
 impl RestoreArgs {
     fn overrides(&self) -> strata::config::RestoreOverrides {
         strata::config::RestoreOverrides {
+            task: self.task.clone(),
             source: self.source.clone(),
             directory: self.directory.clone(),
             topics: self.topics.clone(),

@@ -232,6 +232,7 @@ async fn text_with_each_delimiter_and_keys_on_and_off() {
                     .unwrap(),
                     &topic,
                     store.get(&meta.key).await.unwrap(),
+                    u64::MAX,
                 );
                 assert!(raw.is_err(), "delimiter none cannot be split");
                 let name = strata::layout::ObjectName::parse(meta.key.rsplit('/').next().unwrap())

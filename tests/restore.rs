@@ -503,9 +503,12 @@ async fn dry_run_lists_objects_and_writes_nothing() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    // The default time directory is yyyy/MM/dd: minute directories are not found.
-    assert!(!out.status.success(), "{stdout}\n{stderr}");
-    assert!(stderr.contains("time_directory"), "{stderr}");
+    // Flags only, no layout: the minute directories are found by the objects' names.
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(&format!("total: {} object(s)", archived.len())),
+        "{stdout}"
+    );
 
     let cfg_path = root.path().join("restore.toml");
     std::fs::write(
@@ -758,6 +761,123 @@ async fn kill_9_and_resume_exactly_once_has_no_duplicates() {
     kill_and_resume(true).await;
 }
 
+/// Runs `strata restore ARGS` to its end; returns stderr after asserting exit 0 and no ERROR
+/// line (a normal run logs none).
+fn restore_cli(args: &[&str]) -> String {
+    let out = Command::new(strata_bin())
+        .args(["--log-format", "human", "restore"])
+        .args(args)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "restore {args:?}: {stderr}");
+    assert!(
+        !stderr.lines().any(|l| l.contains("ERROR")),
+        "a normal restore logs no ERROR line:\n{stderr}"
+    );
+    stderr
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_config_that_dumped_restores_whatever_its_layout() {
+    // A legal topic name that starts with `.strata-`, records of year 10000 (five-digit year
+    // directories), a dump directory two levels deep and a non-default time layout.
+    let topic = unique(".strata-any");
+    let root = tempfile::tempdir().unwrap();
+    create_topic_with(
+        &topic,
+        2,
+        &[("message.timestamp.after.max.ms", "9223372036854775807")],
+    )
+    .await;
+    let mut produced = sample_records(&topic, 60, 2, base_ts());
+    let year_10000 = chrono::NaiveDate::from_ymd_opt(10000, 1, 2)
+        .and_then(|d| d.and_hms_opt(3, 4, 5))
+        .unwrap()
+        .and_utc()
+        .timestamp_millis();
+    for (i, r) in produced.iter_mut().rev().take(6).enumerate() {
+        r.timestamp = Some(year_10000 + i as i64);
+    }
+    produce(&produced).await;
+    let task_name = unique("layout");
+    let toml = format!(
+        "{}[[tasks]]\nname = \"{task_name}\"\ntopics = [\"{topic}\"]\ndirectory = \"backups/team\"\ntime_directory = \"dt=yyyy-MM-dd/HH\"\nformat = \"jsonl\"\n",
+        file_toml(root.path())
+    );
+    dump_once(&toml).await;
+    let team = root.path().join("backups/team");
+    assert!(
+        std::fs::read_dir(&team).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with("dt=10000-")),
+        "five-digit year directory"
+    );
+    let source = consume_all(&topic);
+    assert_eq!(source.len(), 60);
+    // Kafka 4 refuses timestamps over an hour ahead unless the topic allows them.
+    for prefix in ["same-file.", "by-task.", "any-depth."] {
+        create_topic_with(
+            &format!("{prefix}{topic}"),
+            2,
+            &[("message.timestamp.after.max.ms", "9223372036854775807")],
+        )
+        .await;
+    }
+
+    // 1. The very file that dumped (no [restore] table), exactly once: the only dump task
+    //    gives directory and layout.
+    let cfg = root.path().join("strata.toml");
+    std::fs::write(&cfg, &toml).unwrap();
+    let cp = root.path().join("cp1.json");
+    restore_cli(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--target-prefix",
+        "same-file.",
+        "--checkpoint",
+        cp.to_str().unwrap(),
+        "--exactly-once",
+    ]);
+    assert_same_per_partition(&source, &consume_committed(&format!("same-file.{topic}")));
+
+    // 2. A file with a second dump task: `--task` picks the layout; a time range shows the
+    //    layout is used (the year-10000 directories are skipped, not misread).
+    let other = format!(
+        "{toml}[[tasks]]\nname = \"{}\"\ntopics = [\"unrelated\"]\ndirectory = \"elsewhere\"\n",
+        unique("other")
+    );
+    std::fs::write(&cfg, &other).unwrap();
+    let cp = root.path().join("cp2.json");
+    restore_cli(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "--task",
+        &task_name,
+        "--to",
+        "9999-01-01T00:00:00Z",
+        "--target-prefix",
+        "by-task.",
+        "--checkpoint",
+        cp.to_str().unwrap(),
+    ]);
+    let restored = consume_all(&format!("by-task.{topic}"));
+    assert_eq!(restored.len(), 54, "all but the six records of year 10000");
+    assert!(restored.iter().all(|r| r.timestamp < Some(year_10000)));
+
+    // 3. No task and no layout, only a parent directory: found at any depth.
+    let summary = restore(&format!(
+        "{}[restore]\ndirectory = \"backups\"\ntarget_prefix = \"any-depth.\"\ncheckpoint = \"{}\"\n",
+        file_toml(root.path()),
+        root.path().join("cp3.json").display()
+    ))
+    .await;
+    assert_eq!(summary.records, 60, "{summary}");
+    assert_same_per_partition(&source, &consume_all(&format!("any-depth.{topic}")));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn prefix_with_no_archive_is_a_clear_error() {
     let prefix = unique("restore-empty");
@@ -885,6 +1005,41 @@ async fn corrupt_object_is_named_with_its_byte_offset_and_skip_corrupt_continues
         .collect();
     let want: BTreeSet<usize> = (0..200).filter(|i| !seqs.contains(i)).collect();
     assert_eq!(restored, want);
+
+    // A decompression bomb: about 100 KB of concatenated zstd frames of zeros that would
+    // expand to 1.6 GB. Decoding stops at the memory budget, in the dry run and the restore.
+    std::fs::write(&path, &original).unwrap();
+    let dir = Path::new(&key).parent().unwrap();
+    let bomb_key = dir.join(format!("{topic}+0+00000000000001000000.jsonl.zst"));
+    let frame = zstd::encode_all(&vec![0u8; 16 << 20][..], 19).unwrap();
+    std::fs::write(root.path().join(&bomb_key), frame.repeat(100)).unwrap();
+    let bomb_key = bomb_key.to_str().unwrap().to_string();
+    let limited = |cp: &str, extra: &str| {
+        format!(
+            "[limits]\nbuffer_memory = \"16MiB\"\n{}",
+            toml("bomb.", cp, extra)
+        )
+    };
+    let dry = restore_with(&limited("c.json", "skip_corrupt = true\n"), true)
+        .await
+        .unwrap();
+    let bombed: Vec<_> = dry
+        .corrupt
+        .iter()
+        .filter(|c| c.location.ends_with(&bomb_key))
+        .collect();
+    assert_eq!(bombed.len(), 1, "{dry}");
+    assert!(
+        bombed[0].detail.contains("decodes to more than 16MiB"),
+        "{:?}",
+        bombed[0]
+    );
+    let err = restore_with(&limited("d.json", ""), false)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&bomb_key), "names the object: {err}");
+    assert!(err.contains("decodes to more than 16MiB"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -537,7 +537,9 @@ pub enum Partitioning {
 pub struct RestoreConfig {
     pub store: StoreConfig,
     pub directory: DumpDir,
-    pub time_directory: TimeDirFormat,
+    /// The dump task's time layout when known (`restore.time_directory` or the task's):
+    /// only used to skip directories outside the time range.
+    pub time_directory: Option<TimeDirFormat>,
     pub time_zone: Tz,
     /// `None`: every topic found in the archive.
     pub topics: Option<TopicSelector>,
@@ -554,6 +556,9 @@ pub struct RestoreConfig {
     pub exactly_once: bool,
     pub text: TextOptions,
     pub kafka: KafkaConfig,
+    /// `limits.buffer_memory`: archive objects held at once by their decoded size, and the
+    /// most one object may decode to.
+    pub memory_budget: ByteSize,
 }
 
 /// The tier service: the broker bridge's storage backend.

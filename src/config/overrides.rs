@@ -9,6 +9,9 @@ use std::path::Path;
 /// What the restore flags set; `None`/`false` leaves the file's value alone.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RestoreOverrides {
+    /// A dump task of the same file whose bucket, directory, time layout and text options the
+    /// restore takes (over `[restore]`'s; the other flags still win).
+    pub task: Option<String>,
     /// `s3://bucket/prefix` or `file:///path`: replaces `store.url` (and `restore.bucket`).
     pub source: Option<String>,
     pub directory: Option<String>,
@@ -34,6 +37,9 @@ impl RestoreOverrides {
     fn apply(&self, raw: &mut RawConfig) -> (Vec<(String, &'static str)>, Vec<Issue>) {
         let mut set = Vec::new();
         let mut issues = Vec::new();
+        if let Err(issue) = adopt_dump_task(raw, self.task.as_deref()) {
+            issues.push(issue);
+        }
         let r: &mut RawRestore = raw.restore.get_or_insert_with(RawRestore::default);
         if let Some(s) = &self.source {
             raw.store.get_or_insert_with(RawStore::default).url = Some(s.clone());
@@ -132,6 +138,55 @@ impl RestoreOverrides {
     }
 }
 
+/// Where a dump task put its archive and how it laid it out, copied into `[restore]`: from
+/// the task named by `--task` (its values win), or from the only dump task of a file that has
+/// one (filling what `[restore]` leaves unset), so the config that dumped also restores.
+fn adopt_dump_task(raw: &mut RawConfig, name: Option<&str>) -> Result<(), Issue> {
+    let is_dump = |t: &&super::raw::RawTask| t.kind.as_deref().is_none_or(|k| k == "dump");
+    let dumps: Vec<&super::raw::RawTask> = raw.tasks.iter().filter(is_dump).collect();
+    let (task, force) = match name {
+        Some(n) => match dumps.iter().find(|t| t.name.as_deref() == Some(n)) {
+            Some(t) => (*t, true),
+            None => {
+                let names: Vec<&str> = dumps.iter().filter_map(|t| t.name.as_deref()).collect();
+                return Err(Issue {
+                    key: "--task".into(),
+                    message: format!(
+                        "{n:?} is not a dump task of this file; its dump tasks are: {}",
+                        if names.is_empty() {
+                            "none".to_string()
+                        } else {
+                            names.join(", ")
+                        }
+                    ),
+                });
+            }
+        },
+        None if dumps.len() == 1 => (dumps[0], false),
+        None => return Ok(()),
+    };
+    let r = raw.restore.get_or_insert_with(RawRestore::default);
+    let take = |slot: &mut Option<String>, v: &Option<String>, default: Option<&str>| {
+        if force || slot.is_none() {
+            *slot = v.clone().or_else(|| default.map(str::to_string));
+        }
+    };
+    take(&mut r.bucket, &task.bucket, None);
+    take(&mut r.directory, &task.directory, None);
+    take(
+        &mut r.time_directory,
+        &task.time_directory,
+        Some(super::defaults::TIME_DIRECTORY),
+    );
+    take(&mut r.time_zone, &task.time_zone, None);
+    take(&mut r.record_delimiter, &task.record_delimiter, None);
+    take(&mut r.key_separator, &task.key_separator, None);
+    if force || r.store_key.is_none() {
+        r.store_key = task.store_key;
+    }
+    Ok(())
+}
+
 impl Config {
     /// The configuration of `strata restore`: the file (or the embedded default when `path` is
     /// `None`) with the flags applied, validated once. A `[restore]` table is implied.
@@ -194,6 +249,117 @@ mod tests {
             Err(ConfigError::Invalid { issues, .. }) => issues,
             other => panic!("expected issues, got {other:?}"),
         }
+    }
+
+    const TWO_DUMPS: &str = r#"
+[store]
+url = "s3://archive"
+[[tasks]]
+name = "orders"
+topics = ["orders"]
+bucket = "orders-bucket"
+directory = "backups/orders"
+time_directory = "dt=yyyy-MM-dd/HH"
+time_zone = "Europe/Berlin"
+format = "text"
+record_delimiter = ";"
+store_key = true
+key_separator = ":"
+[[tasks]]
+name = "audit"
+topics = ["audit"]
+[restore]
+directory = "somewhere-else"
+"#;
+
+    #[test]
+    fn task_flag_takes_the_dump_task_layout() {
+        let o = RestoreOverrides {
+            task: Some("orders".into()),
+            ..Default::default()
+        };
+        let r = restore(TWO_DUMPS, &o).unwrap().restore.unwrap();
+        assert_eq!(
+            r.directory.as_str(),
+            "backups/orders",
+            "the task beats [restore]"
+        );
+        assert_eq!(
+            r.time_directory.map(|t| t.to_string()),
+            Some("dt=yyyy-MM-dd/HH".to_string())
+        );
+        assert_eq!(r.time_zone, chrono_tz::Europe::Berlin);
+        assert_eq!(r.text.key_separator.as_deref(), Some(&b":"[..]));
+        assert_eq!(r.store.url.to_string(), "s3://orders-bucket");
+
+        // Another task: its unset layout means the defaults, not [restore]'s values.
+        let o = RestoreOverrides {
+            task: Some("audit".into()),
+            ..Default::default()
+        };
+        let r = restore(TWO_DUMPS, &o).unwrap().restore.unwrap();
+        assert_eq!(r.directory.as_str(), "");
+        assert_eq!(
+            r.time_directory.map(|t| t.to_string()),
+            Some("yyyy/MM/dd".to_string())
+        );
+        assert_eq!(r.store.url.to_string(), "s3://archive");
+
+        // Flags still win over the task.
+        let o = RestoreOverrides {
+            task: Some("orders".into()),
+            directory: Some("flag-dir".into()),
+            ..Default::default()
+        };
+        let r = restore(TWO_DUMPS, &o).unwrap().restore.unwrap();
+        assert_eq!(r.directory.as_str(), "flag-dir");
+    }
+
+    #[test]
+    fn unknown_task_names_the_dump_tasks() {
+        let o = RestoreOverrides {
+            task: Some("nope".into()),
+            ..Default::default()
+        };
+        let found = issues(TWO_DUMPS, &o);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].key, "--task");
+        assert!(
+            found[0].message.contains("orders, audit"),
+            "{}",
+            found[0].message
+        );
+    }
+
+    #[test]
+    fn the_only_dump_task_fills_what_restore_leaves_unset() {
+        let file = r#"
+[[tasks]]
+name = "orders"
+topics = ["orders"]
+directory = "backups/orders"
+[restore]
+time_zone = "Asia/Tokyo"
+"#;
+        let r = restore(file, &RestoreOverrides::default())
+            .unwrap()
+            .restore
+            .unwrap();
+        assert_eq!(r.directory.as_str(), "backups/orders");
+        assert_eq!(
+            r.time_zone,
+            chrono_tz::Asia::Tokyo,
+            "[restore] keeps its own"
+        );
+        assert!(r.time_directory.is_some());
+        // With two dump tasks and no --task the layout stays unknown: archives are found at
+        // any depth.
+        let r = restore(TWO_DUMPS, &RestoreOverrides::default())
+            .unwrap()
+            .restore
+            .unwrap();
+        assert_eq!(r.directory.as_str(), "somewhere-else");
+        assert!(r.time_directory.is_none());
     }
 
     #[test]

@@ -126,7 +126,9 @@ pub fn render_report(origin: &str, c: &Config) -> String {
             "restore: from {}/{}{} ({}) topics {} into {} (partitioning {:?})",
             r.store.url,
             r.directory.prefix(),
-            r.time_directory,
+            r.time_directory
+                .as_ref()
+                .map_or("<archives at any depth>".to_string(), |t| t.to_string()),
             r.time_zone,
             r.topics
                 .as_ref()

@@ -10,6 +10,7 @@
 use super::Tp;
 use crate::config::KafkaConfig;
 use crate::kafka::KafkaError;
+use crate::kafka::Reader;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::BTreeMap;
@@ -246,7 +247,7 @@ pub(crate) fn offset_of(tpl: &TopicPartitionList, topic: &str, partition: i32) -
 /// A consumer outside the group that reads a stretch of a partition to tell whether any record
 /// (not just transaction markers) lies in it.
 pub(super) struct Probe {
-    consumer: BaseConsumer,
+    consumer: Reader,
 }
 
 impl Probe {
@@ -260,7 +261,7 @@ impl Probe {
         for (key, value) in &k.properties {
             c.set(key, value);
         }
-        let consumer = c.create().map_err(|source| KafkaError::Client {
+        let consumer = crate::kafka::reader(&c).map_err(|source| KafkaError::Client {
             servers: crate::kafka::servers(k),
             source,
         })?;

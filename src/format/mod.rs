@@ -82,6 +82,18 @@ pub struct Record {
 }
 
 impl Record {
+    /// Heap bytes this record holds, roughly: its bytes plus per-record bookkeeping. What a
+    /// restore's memory budget counts.
+    pub fn heap_bytes(&self) -> u64 {
+        let headers: usize = self
+            .headers
+            .iter()
+            .map(|h| 48 + h.key.len() + h.value.as_ref().map_or(0, Vec::len))
+            .sum();
+        let bytes = self.key.as_ref().map_or(0, Vec::len) + self.value.as_ref().map_or(0, Vec::len);
+        (bytes + headers + self.topic.len() + 96) as u64
+    }
+
     /// Borrowed view of this record, for re-encoding (tests, tools).
     pub fn with_view<R>(&self, f: impl FnOnce(&RecordView<'_>) -> R) -> R {
         let headers: Vec<HeaderView<'_>> = self
@@ -467,19 +479,38 @@ impl<W: Output> Encoder<W> {
 }
 
 /// Reads a whole archive object back into records. `topic` and `partition` come from the
-/// object's name and fill what the format does not store (text).
-pub fn decode(spec: &FormatSpec, topic: &str, data: Bytes) -> Result<Vec<Record>, DecodeError> {
+/// object's name and fill what the format does not store (text). `limit` bounds the decoded
+/// bytes (the caller's memory budget): a few KB of crafted zstd or gzip can expand to
+/// gigabytes, so decoding stops there with an error instead of running out of memory.
+pub fn decode(
+    spec: &FormatSpec,
+    topic: &str,
+    data: Bytes,
+    limit: u64,
+) -> Result<Vec<Record>, DecodeError> {
     match spec.kind {
-        FormatKind::Parquet => parquet::decode(data),
+        FormatKind::Parquet => parquet::decode(data, limit),
         FormatKind::Text => {
-            let raw = sink::decompress(spec.compression, &data)?;
+            let raw = sink::decompress(spec.compression, &data, limit)?;
             text::decode(&spec.text, topic, &raw)
         }
         FormatKind::Jsonl => {
-            let raw = sink::decompress(spec.compression, &data)?;
+            let raw = sink::decompress(spec.compression, &data, limit)?;
             jsonl::decode(&raw)
         }
     }
+}
+
+/// The error of an object that decodes to more than `limit` bytes.
+fn too_large(limit: u64) -> DecodeError {
+    DecodeError::new(
+        None,
+        format!(
+            "decodes to more than {} (limits.buffer_memory, the memory a restore may use); \
+             if the object is genuine, raise limits.buffer_memory",
+            crate::config::ByteSize(limit)
+        ),
+    )
 }
 
 #[cfg(test)]

@@ -267,16 +267,25 @@ fn bytes_at(a: &dyn Array, name: &str, i: usize) -> Result<Option<Vec<u8>>, Deco
     Ok(b.is_valid(i).then(|| b.value(i).to_vec()))
 }
 
-pub(super) fn decode(data: Bytes) -> Result<Vec<Record>, DecodeError> {
+pub(super) fn decode(data: Bytes, limit: u64) -> Result<Vec<Record>, DecodeError> {
     let perr = |e: parquet::errors::ParquetError| {
         DecodeError::new(None, format!("not a readable parquet file: {e}"))
     };
-    let reader = ParquetRecordBatchReaderBuilder::try_new(data)
-        .map_err(perr)?
-        .with_batch_size(8192)
-        .build()
-        .map_err(perr)?;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(data).map_err(perr)?;
+    // The footer states the uncompressed size; refuse early when it is over the limit, and
+    // count what is decoded in case the footer lies.
+    let declared: i64 = builder
+        .metadata()
+        .row_groups()
+        .iter()
+        .map(|g| g.total_byte_size().max(0))
+        .sum();
+    if declared as u64 > limit {
+        return Err(super::too_large(limit));
+    }
+    let reader = builder.with_batch_size(8192).build().map_err(perr)?;
     let mut records = Vec::new();
+    let mut decoded = 0u64;
     for batch in reader {
         let batch = batch.map_err(|e| DecodeError::new(None, format!("parquet row batch: {e}")))?;
         let topic = column(&batch, "topic")?;
@@ -329,7 +338,7 @@ pub(super) fn decode(data: Bytes) -> Result<Vec<Record>, DecodeError> {
                     value: bytes_at(hvalues.as_ref(), "headers.value", j)?,
                 });
             }
-            records.push(Record {
+            let r = Record {
                 topic: topic.value(i).to_string(),
                 partition: Some(part.value(i)),
                 offset: Some(off.value(i)),
@@ -338,7 +347,12 @@ pub(super) fn decode(data: Bytes) -> Result<Vec<Record>, DecodeError> {
                 key: bytes_at(keys.as_ref(), "key", i)?,
                 value: bytes_at(values.as_ref(), "value", i)?,
                 headers: hs,
-            });
+            };
+            decoded += r.heap_bytes();
+            if decoded > limit {
+                return Err(super::too_large(limit));
+            }
+            records.push(r);
         }
     }
     Ok(records)

@@ -120,17 +120,33 @@ impl<W: Output> Write for Sink<W> {
     }
 }
 
-/// Undoes [`Sink`]'s compression; errors say which codec failed.
-pub(super) fn decompress(c: Compression, data: &[u8]) -> Result<Cow<'_, [u8]>, DecodeError> {
+/// Undoes [`Sink`]'s compression, at most `limit` decoded bytes; errors say which codec
+/// failed.
+pub(super) fn decompress(
+    c: Compression,
+    data: &[u8],
+    limit: u64,
+) -> Result<Cow<'_, [u8]>, DecodeError> {
     let mut out = Vec::new();
+    // One byte past the limit tells "exactly at the limit" from "over it".
+    let cap = limit.saturating_add(1);
     match c {
-        Compression::None | Compression::Snappy => return Ok(Cow::Borrowed(data)),
+        Compression::None | Compression::Snappy => {
+            if data.len() as u64 > limit {
+                return Err(super::too_large(limit));
+            }
+            return Ok(Cow::Borrowed(data));
+        }
         Compression::Gzip => flate2::read::MultiGzDecoder::new(data)
+            .take(cap)
             .read_to_end(&mut out)
             .map_err(|e| DecodeError::new(None, format!("not valid gzip: {e}")))?,
         Compression::Zstd => zstd::stream::read::Decoder::new(data)
-            .and_then(|mut d| d.read_to_end(&mut out))
+            .and_then(|d| d.take(cap).read_to_end(&mut out))
             .map_err(|e| DecodeError::new(None, format!("not valid zstd: {e}")))?,
     };
+    if out.len() as u64 > limit {
+        return Err(super::too_large(limit));
+    }
     Ok(Cow::Owned(out))
 }

@@ -1,6 +1,9 @@
 use super::*;
 use proptest::prelude::*;
 
+/// Decode limit of tests that are not about it: far above any sample.
+const LIMIT: u64 = 1 << 30;
+
 struct Encoded {
     data: Bytes,
     records: u64,
@@ -96,7 +99,7 @@ fn lossless_formats_round_trip_the_sample() {
         let s = spec(kind, c);
         let enc = encode_all(&s, "cdc.orders", &sample());
         assert_eq!(enc.records, 3);
-        let back = decode(&s, "cdc.orders", enc.data).unwrap();
+        let back = decode(&s, "cdc.orders", enc.data, LIMIT).unwrap();
         assert_eq!(back, sample(), "{kind:?}/{c:?}");
     }
 }
@@ -143,7 +146,7 @@ fn text_writes_values_and_optional_keys() {
         e.data.as_ref(),
         br#"order-1=[{"TYPE":"I","GLOBAL_ID":"g1"}]|=|"#.as_slice()
     );
-    let back = decode(&keyed, "t", e.data).unwrap();
+    let back = decode(&keyed, "t", e.data, LIMIT).unwrap();
     assert_eq!(back[0].key.as_deref(), Some(b"order-1".as_slice()));
     assert_eq!(back[0].value, records[0].value);
     assert_eq!(back[1].key.as_deref(), Some(b"".as_slice()));
@@ -200,7 +203,7 @@ fn text_with_every_delimiter_and_compression_round_trips_values() {
                 },
             )
             .unwrap();
-            let back = decode(&s, "t", encode_all(&s, "t", &values).data).unwrap();
+            let back = decode(&s, "t", encode_all(&s, "t", &values).data, LIMIT).unwrap();
             let got: Vec<_> = back.iter().map(|r| r.value.clone()).collect();
             let want: Vec<_> = values.iter().map(|r| r.value.clone()).collect();
             assert_eq!(got, want, "{d:?} {c:?}");
@@ -232,7 +235,7 @@ fn text_without_delimiter_concatenates_and_refuses_to_split() {
     ];
     let e = encode_all(&s, "t", &recs);
     assert_eq!(e.data.as_ref(), b"abcd");
-    let err = decode(&s, "t", e.data).unwrap_err();
+    let err = decode(&s, "t", e.data, LIMIT).unwrap_err();
     assert!(err.message.contains("record_delimiter = \"none\""), "{err}");
 }
 
@@ -243,7 +246,7 @@ fn decode_errors_say_where() {
     let mut data = good.to_vec();
     let at = data.len();
     data.extend_from_slice(b"{\"topic\":\"t\",\"partition\":1}\n");
-    let err = decode(&s, "t", Bytes::from(data)).unwrap_err();
+    let err = decode(&s, "t", Bytes::from(data), LIMIT).unwrap_err();
     assert_eq!(err.at, Some(at as u64));
     assert!(
         err.to_string()
@@ -252,24 +255,24 @@ fn decode_errors_say_where() {
     );
 
     let gz = spec(FormatKind::Jsonl, Compression::Gzip);
-    let err = decode(&gz, "t", Bytes::from_static(b"not gzip")).unwrap_err();
+    let err = decode(&gz, "t", Bytes::from_static(b"not gzip"), LIMIT).unwrap_err();
     assert!(err.message.contains("gzip"), "{err}");
 
     let pq = spec(FormatKind::Parquet, Compression::Zstd);
-    let err = decode(&pq, "t", Bytes::from_static(b"PAR1garbagePAR1")).unwrap_err();
+    let err = decode(&pq, "t", Bytes::from_static(b"PAR1garbagePAR1"), LIMIT).unwrap_err();
     assert!(err.message.contains("parquet"), "{err}");
 
     let both = Bytes::from_static(
         b"{\"topic\":\"t\",\"partition\":1,\"offset\":2,\"value\":\"a\",\"value_b64\":\"YQ==\"}\n",
     );
-    let err = decode(&s, "t", both).unwrap_err();
+    let err = decode(&s, "t", both, LIMIT).unwrap_err();
     assert!(
         err.message.contains("both \"value\" and \"value_b64\""),
         "{err}"
     );
 
     let txt = FormatSpec::new(FormatKind::Text, Compression::None, TextOptions::default()).unwrap();
-    let err = decode(&txt, "t", Bytes::from_static(b"a\nb")).unwrap_err();
+    let err = decode(&txt, "t", Bytes::from_static(b"a\nb"), LIMIT).unwrap_err();
     assert_eq!(err.at, Some(3));
 }
 
@@ -328,7 +331,7 @@ fn parquet_spans_several_batches_and_row_groups() {
             }],
         })
         .collect();
-    let back = decode(&s, "t", encode_all(&s, "t", &records).data).unwrap();
+    let back = decode(&s, "t", encode_all(&s, "t", &records).data, LIMIT).unwrap();
     assert_eq!(back.len(), records.len());
     assert!(back == records);
 }
@@ -404,7 +407,7 @@ proptest! {
     fn any_records_round_trip_through_lossless_formats(records in proptest::collection::vec(arb_record(), 1..30)) {
         for (kind, c) in [(FormatKind::Jsonl, Compression::Zstd), (FormatKind::Parquet, Compression::Zstd)] {
             let s = spec(kind, c);
-            let back = decode(&s, "prop.topic", encode_all(&s, "prop.topic", &records).data).unwrap();
+            let back = decode(&s, "prop.topic", encode_all(&s, "prop.topic", &records).data, LIMIT).unwrap();
             prop_assert_eq!(&back, &records);
         }
     }
@@ -415,9 +418,119 @@ proptest! {
         let records: Vec<Record> = values.iter().map(|v| Record { value: Some(v.clone().into_bytes()), ..Record::default() }).collect();
         let enc = encode_all(&s, "t", &records);
         prop_assert_eq!(enc.ambiguous, 0);
-        let back = decode(&s, "t", enc.data).unwrap();
+        let back = decode(&s, "t", enc.data, LIMIT).unwrap();
         let got: Vec<Vec<u8>> = back.into_iter().map(|r| r.value.unwrap()).collect();
         let want: Vec<Vec<u8>> = values.into_iter().map(String::into_bytes).collect();
         prop_assert_eq!(got, want);
     }
+}
+
+/// Frames of zeros, concatenated: a few KB that decode to far more than the limit.
+fn bomb(c: Compression, frames: usize) -> Vec<u8> {
+    let zeros = vec![0u8; 16 << 20];
+    let frame = match c {
+        Compression::Gzip => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+            std::io::Write::write_all(&mut e, &zeros).unwrap();
+            e.finish().unwrap()
+        }
+        Compression::Zstd => zstd::encode_all(&zeros[..], 19).unwrap(),
+        other => panic!("no bomb for {other:?}"),
+    };
+    frame.repeat(frames)
+}
+
+#[test]
+fn decompression_stops_at_the_limit() {
+    for c in [Compression::Gzip, Compression::Zstd] {
+        // 100 frames of 16 MiB: 1.6 GB from a small object; the limit is 64 MiB.
+        let data = bomb(c, 100);
+        assert!(data.len() < 2 << 20, "{c:?}: {} bytes", data.len());
+        for kind in [FormatKind::Jsonl, FormatKind::Text] {
+            let err = decode(&spec(kind, c), "t", Bytes::from(data.clone()), 64 << 20).unwrap_err();
+            assert!(
+                err.message.contains("decodes to more than 64MiB")
+                    && err.message.contains("limits.buffer_memory"),
+                "{kind:?}/{c:?}: {err}"
+            );
+        }
+    }
+    // Uncompressed and Parquet objects are held to the same limit.
+    let records: Vec<Record> = (0..200).flat_map(|_| sample()).collect();
+    for (kind, c) in [
+        (FormatKind::Jsonl, Compression::None),
+        (FormatKind::Parquet, Compression::Zstd),
+        (FormatKind::Parquet, Compression::None),
+    ] {
+        let s = spec(kind, c);
+        let data = encode_all(&s, "t", &records).data;
+        let decoded: u64 = decode(&s, "t", data.clone(), LIMIT)
+            .unwrap()
+            .iter()
+            .map(Record::heap_bytes)
+            .sum();
+        let err = decode(&s, "t", data.clone(), decoded / 2).unwrap_err();
+        assert!(
+            err.message.contains("decodes to more than"),
+            "{kind:?}/{c:?}: {err}"
+        );
+        assert!(
+            decode(&s, "t", data, decoded * 2).is_ok(),
+            "{kind:?}/{c:?} within the limit"
+        );
+    }
+}
+
+#[test]
+fn mutated_objects_give_errors_never_panics() {
+    let records: Vec<Record> = (0..20).flat_map(|_| sample()).collect();
+    let keyed = TextOptions {
+        key_separator: Some(b":".to_vec()),
+        ..TextOptions::default()
+    };
+    let mut specs = Vec::new();
+    for c in [Compression::None, Compression::Gzip, Compression::Zstd] {
+        specs.push(spec(FormatKind::Jsonl, c));
+        specs.push(FormatSpec::new(FormatKind::Text, c, keyed.clone()).unwrap());
+    }
+    for c in [Compression::None, Compression::Snappy, Compression::Zstd] {
+        specs.push(spec(FormatKind::Parquet, c));
+    }
+    let mut cases = 0;
+    for s in &specs {
+        let good = encode_all(s, "t", &records).data.to_vec();
+        let n = good.len();
+        let compressed = s.kind == FormatKind::Parquet || s.compression != Compression::None;
+        // Truncations: a compressed stream or a Parquet footer that is cut must be refused.
+        for cut in [1, 7, n / 3, n / 2, n - 9, n - 1] {
+            let r = std::panic::catch_unwind(|| {
+                decode(s, "t", Bytes::from(good[..cut].to_vec()), 1 << 26)
+            });
+            let r = r.unwrap_or_else(|_| panic!("{s:?}: truncated to {cut} panicked"));
+            if compressed {
+                assert!(r.is_err(), "{s:?}: truncated to {cut} of {n} decoded");
+            }
+            cases += 1;
+        }
+        // Byte flips and overwritten runs all over the object.
+        for i in 0..24 {
+            let mut bad = good.clone();
+            let at = (i * 7919 + 13) % n;
+            bad[at] ^= 0x5a;
+            if i % 3 == 0 {
+                let end = (at + 16).min(n);
+                bad[at..end].fill(0xff);
+            }
+            let r = std::panic::catch_unwind(|| decode(s, "t", Bytes::from(bad), 1 << 26));
+            let r = r.unwrap_or_else(|_| panic!("{s:?}: mutation {i} at byte {at} panicked"));
+            if let Ok(back) = r {
+                assert!(
+                    back.len() <= 2 * records.len(),
+                    "{s:?}: mutation {i} made records up"
+                );
+            }
+            cases += 1;
+        }
+    }
+    assert_eq!(cases, specs.len() * 30);
 }

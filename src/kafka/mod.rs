@@ -63,6 +63,30 @@ pub fn client_config(k: &KafkaConfig) -> ClientConfig {
     c
 }
 
+/// Context of strata's short-lived readers (progress markers, positions, checkpoints, `--once`
+/// coverage): end of partition is how they learn they are done, not an error worth a log line.
+/// Other client errors are warnings: librdkafka retries them and each reader has a deadline.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReaderContext;
+
+impl rdkafka::client::ClientContext for ReaderContext {
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        if error.rdkafka_error_code() != Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF) {
+            tracing::warn!(error = %error, reason, "kafka client error; librdkafka retries");
+        }
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for ReaderContext {}
+
+/// A consumer with [`ReaderContext`].
+pub type Reader = rdkafka::consumer::BaseConsumer<ReaderContext>;
+
+/// Creates a [`Reader`] from client settings.
+pub fn reader(c: &ClientConfig) -> rdkafka::error::KafkaResult<Reader> {
+    c.create_with_context(ReaderContext)
+}
+
 /// The servers as one string, for messages.
 pub fn servers(k: &KafkaConfig) -> String {
     k.bootstrap_servers.join(",")

@@ -107,25 +107,23 @@ pub fn object_key(dir: &DumpDir, time_dir: &str, name: &ObjectName) -> String {
     format!("{}{}/{}", dir.prefix(), time_dir, name)
 }
 
-/// An archive key split back into its parts.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParsedKey {
-    pub time_dir: String,
-    pub name: ObjectName,
-}
-
-/// Splits a key listed under `dir` into time directory and name, or `None` for keys that are not
-/// archives of this layout (foreign files, temp files).
-pub fn parse_key(dir: &DumpDir, format: &TimeDirFormat, key: &str) -> Option<ParsedKey> {
-    let rest = key.strip_prefix(&dir.prefix())?;
-    let (time_dir, file) = rest.rsplit_once('/')?;
-    if time_dir.split('/').count() != format.depth() {
+/// The last `n` `/`-separated levels of `dirs` (where a time directory sits above an object),
+/// or `None` when there are fewer.
+pub fn trailing_levels(dirs: &str, n: usize) -> Option<&str> {
+    if dirs.is_empty() || n == 0 {
         return None;
     }
-    Some(ParsedKey {
-        time_dir: time_dir.to_string(),
-        name: ObjectName::parse(file)?,
-    })
+    let levels = dirs.split('/').count();
+    if levels < n {
+        return None;
+    }
+    let skip = levels - n;
+    let start = if skip == 0 {
+        0
+    } else {
+        dirs.match_indices('/').nth(skip - 1)?.0 + 1
+    };
+    Some(&dirs[start..])
 }
 
 #[cfg(test)]
@@ -206,24 +204,21 @@ mod tests {
             key,
             "backups/cdc/dt=2026-11-29/hr=07/orders.v1+7+00000000000000001234.jsonl.zst"
         );
-        let parsed = parse_key(&dir, &fmt, &key).unwrap();
-        assert_eq!(parsed.time_dir, "dt=2026-11-29/hr=07");
-        assert_eq!(parsed.name, name());
+        let (dirs, file) = key.rsplit_once('/').unwrap();
+        let rest = dirs.strip_prefix("backups/cdc/").unwrap();
         assert_eq!(
-            parse_key(
-                &dir,
-                &fmt,
-                "backups/cdc/2026/orders+1+00000000000000000000.txt"
-            ),
-            None
+            trailing_levels(rest, fmt.depth()),
+            Some("dt=2026-11-29/hr=07")
         );
-        assert_eq!(
-            parse_key(
-                &dir,
-                &fmt,
-                "other/dt=2026-11-29/hr=07/x+1+00000000000000000000.txt"
-            ),
-            None
-        );
+        assert_eq!(ObjectName::parse(file), Some(name()));
+    }
+
+    #[test]
+    fn trailing_levels_take_the_innermost() {
+        assert_eq!(trailing_levels("a/b/c/d", 3), Some("b/c/d"));
+        assert_eq!(trailing_levels("a/b/c", 3), Some("a/b/c"));
+        assert_eq!(trailing_levels("b/c", 3), None);
+        assert_eq!(trailing_levels("", 1), None);
+        assert_eq!(trailing_levels("2026", 1), Some("2026"));
     }
 }

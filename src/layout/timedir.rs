@@ -207,12 +207,20 @@ impl TimeDirFormat {
     pub fn parse_dir(&self, dir: &str, tz: Tz) -> Option<(DateTime<Utc>, DateTime<Utc>)> {
         let (mut y, mut mo, mut d, mut h, mut mi) = (None, 1u32, 1u32, 0u32, 0u32);
         let mut rest = dir;
-        for t in &self.tokens {
+        for (i, t) in self.tokens.iter().enumerate() {
             match t {
                 Token::Literal(s) => rest = rest.strip_prefix(s.as_str())?,
                 Token::Year => {
-                    let (v, r) = take_digits(rest, 4)?;
-                    y = Some(v as i32);
+                    // `render` pads years to four digits, so years from 10000 on take five:
+                    // the year is the digit run minus what the tokens right after it need.
+                    let run = rest.bytes().take_while(u8::is_ascii_digit).count();
+                    let after = self.tokens[i + 1..]
+                        .iter()
+                        .take_while(|t| !matches!(t, Token::Literal(_)))
+                        .count();
+                    let n = run.checked_sub(2 * after).filter(|n| *n >= 4)?;
+                    let (v, r) = take_digits(rest, n)?;
+                    y = Some(i32::try_from(v).ok()?);
                     rest = r;
                 }
                 other => {
@@ -238,7 +246,7 @@ impl TimeDirFormat {
 
 fn take_digits(s: &str, n: usize) -> Option<(u32, &str)> {
     let head = s.get(..n)?;
-    if !head.bytes().all(|b| b.is_ascii_digit()) {
+    if n > 6 || !head.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
     Some((head.parse().ok()?, &s[n..]))
@@ -460,5 +468,34 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn five_digit_years_round_trip() {
+        // 10000-03-04T05:06:00Z: dump renders five digits; restore must read them back.
+        let t = NaiveDate::from_ymd_opt(10000, 3, 4)
+            .and_then(|d| d.and_hms_opt(5, 6, 0))
+            .unwrap()
+            .and_utc()
+            .timestamp_millis();
+        for pattern in ["yyyy/MM/dd", "yyyyMMdd/HH", "dt=yyyy-MM-dd/HHmm", "yyyy"] {
+            let f = TimeDirFormat::parse(pattern).unwrap();
+            let dir = f.render(f.period_start(t, Tz::UTC));
+            assert!(dir.contains("10000"), "{pattern}: {dir}");
+            let (s, e) = f
+                .parse_dir(&dir, Tz::UTC)
+                .unwrap_or_else(|| panic!("{pattern}: {dir} not parsed"));
+            assert!(
+                s.timestamp_millis() <= t && t < e.timestamp_millis(),
+                "{dir}"
+            );
+        }
+        let f = TimeDirFormat::parse("yyyyMMdd").unwrap();
+        assert_eq!(
+            f.parse_dir("2026123", Tz::UTC),
+            None,
+            "too short for yyyyMMdd"
+        );
+        assert!(f.parse_dir("20261202", Tz::UTC).is_some());
     }
 }

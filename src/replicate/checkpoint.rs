@@ -6,8 +6,9 @@
 use super::mm2::{Checkpoint, OffsetSync, SyncStore};
 use super::setup::FlowSetup;
 use crate::config::{GroupSync, KafkaConfig};
+use crate::kafka::Reader;
 use crate::kafka::{client_config, Admin};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -37,7 +38,7 @@ type CheckpointKey = (String, String, i32);
 
 /// Reads a single-partition topic from where `c` is to its current end, handing each record
 /// to `f`; `false` when it could not (the next round tries again).
-fn read_to_end(c: &BaseConsumer, topic: &str, mut f: impl FnMut(&[u8], &[u8])) -> bool {
+fn read_to_end(c: &Reader, topic: &str, mut f: impl FnMut(&[u8], &[u8])) -> bool {
     let Ok((_, high)) = c.fetch_watermarks(topic, 0, Duration::from_secs(10)) else {
         return false;
     };
@@ -65,12 +66,12 @@ fn read_to_end(c: &BaseConsumer, topic: &str, mut f: impl FnMut(&[u8], &[u8])) -
     false
 }
 
-fn reader(k: &KafkaConfig, topic: &str) -> Option<BaseConsumer> {
+fn reader(k: &KafkaConfig, topic: &str) -> Option<Reader> {
     let mut cc = client_config(k);
     cc.set("enable.auto.commit", "false")
         .set("group.id", "strata.checkpoint-reader")
         .set("isolation.level", "read_committed");
-    let c: BaseConsumer = cc.create().ok()?;
+    let c = crate::kafka::reader(&cc).ok()?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, 0, Offset::Beginning).ok()?;
     c.assign(&tpl).ok()?;
@@ -81,7 +82,7 @@ struct Checkpointer<'a> {
     setup: &'a FlowSetup,
     sync: &'a GroupSync,
     syncs: SyncStore,
-    syncs_reader: BaseConsumer,
+    syncs_reader: Reader,
     written: HashMap<CheckpointKey, Checkpoint>,
     producer: ThreadedProducer<DefaultProducerContext>,
     source: Admin,
@@ -277,10 +278,10 @@ impl<'a> Checkpointer<'a> {
     }
 }
 
-fn group_client(k: &KafkaConfig, group: &str) -> Result<BaseConsumer, String> {
+fn group_client(k: &KafkaConfig, group: &str) -> Result<Reader, String> {
     let mut cc = client_config(k);
     cc.set("group.id", group).set("enable.auto.commit", "false");
-    cc.create().map_err(|e| e.to_string())
+    crate::kafka::reader(&cc).map_err(|e| e.to_string())
 }
 
 /// A group's committed offsets for the partitions of `tpl`, without joining the group.

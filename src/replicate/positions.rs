@@ -4,7 +4,8 @@
 //! the task's parameters, written once at its first start.
 
 use crate::kafka::KafkaError;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use crate::kafka::Reader;
+use rdkafka::consumer::Consumer;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
@@ -76,7 +77,7 @@ impl Positions {
 /// Reads the positions topic (partition 0) from its start to the end it has now (everything
 /// committed before the call is included), as a read_committed consumer sees it: only what
 /// committed transactions wrote.
-pub fn read(consumer: &BaseConsumer, topic: &str) -> Result<Positions, KafkaError> {
+pub fn read(consumer: &Reader, topic: &str) -> Result<Positions, KafkaError> {
     let unreachable = |e: rdkafka::error::KafkaError| KafkaError::Topic {
         topic: topic.to_string(),
         detail: format!("cannot read it: {e}"),

@@ -9,9 +9,10 @@ use super::positions::{self, PARAMS_KEY};
 use super::{topics, ReplicateError, ReplicateOptions, Summary};
 use crate::config::{KafkaConfig, ReplicateTask, StartOffset, TargetNaming, TopicSelector};
 use crate::dump::{Fatal, Tp};
+use crate::kafka::Reader;
 use crate::kafka::{client_config, servers, Admin, KafkaError};
 use rdkafka::client::ClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -165,13 +166,13 @@ impl FlowSetup {
     }
 
     /// A consumer of the target that reads only committed records (for the positions topic).
-    pub fn positions_reader(&self) -> Result<BaseConsumer, ReplicateError> {
+    pub fn positions_reader(&self) -> Result<Reader, ReplicateError> {
         let mut c = client_config(&self.target);
         c.set("isolation.level", "read_committed")
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "true")
             .set("group.id", format!("{}.reader", self.names.group()));
-        c.create().map_err(|source| {
+        crate::kafka::reader(&c).map_err(|source| {
             ReplicateError::Kafka(KafkaError::Client {
                 servers: servers(&self.target),
                 source,
@@ -181,7 +182,7 @@ impl FlowSetup {
 
     /// Where a partition with no stored position starts.
     pub fn start_offset(&self, tp: &Tp) -> Result<i64, ReplicateError> {
-        let c: BaseConsumer = client_config(&self.source).create().map_err(|source| {
+        let c = crate::kafka::reader(&client_config(&self.source)).map_err(|source| {
             ReplicateError::Kafka(KafkaError::Client {
                 servers: servers(&self.source),
                 source,
@@ -417,7 +418,7 @@ fn check_params(
     rc.set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
         .set("group.id", format!("{}.reader", names.group()));
-    let reader: BaseConsumer = rc.create().map_err(|source| KafkaError::Client {
+    let reader = crate::kafka::reader(&rc).map_err(|source| KafkaError::Client {
         servers: servers(target),
         source,
     })?;

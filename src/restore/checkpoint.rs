@@ -39,7 +39,12 @@ impl Settings {
         };
         put("source", cfg.store.url.to_string());
         put("directory", cfg.directory.as_str().to_string());
-        put("time_directory", cfg.time_directory.to_string());
+        put(
+            "time_directory",
+            cfg.time_directory
+                .as_ref()
+                .map_or("<any>".into(), |t| t.to_string()),
+        );
         put("time_zone", cfg.time_zone.to_string());
         put(
             "topics",

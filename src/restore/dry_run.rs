@@ -37,9 +37,12 @@ pub(super) async fn run(
     summary: &mut RestoreSummary,
 ) -> Result<(), RestoreError> {
     let filter = TimeFilter::new(cfg.from, cfg.to);
+    // The restore's budget: objects decode one after another when they are large.
+    let budget = Arc::new(super::replay::Budget::new(cfg.memory_budget.0));
     let jobs = plan.objects().cloned().map(|o| {
         let store = store.clone();
         let text = cfg.text.clone();
+        let budget = budget.clone();
         async move {
             let location = store.location(&o.key);
             let data = store
@@ -49,6 +52,7 @@ pub(super) async fn run(
             let (name, size) = (o.name.clone(), o.size);
             let loc = location.clone();
             tokio::task::spawn_blocking(move || {
+                let mut lease = budget.acquire(size, || false);
                 let mut listed = ListedObject {
                     location: loc.clone(),
                     topic: name.topic.clone(),
@@ -65,9 +69,10 @@ pub(super) async fn run(
                         at: None,
                         message: "unknown extension".into(),
                     })
-                    .and_then(|spec| format::decode(&spec, &name.topic, data));
+                    .and_then(|spec| format::decode(&spec, &name.topic, data, budget.limit()));
                 match decoded {
                     Ok(records) => {
+                        lease.resize(records.iter().map(format::Record::heap_bytes).sum());
                         listed.records = records.len() as u64;
                         for r in &records {
                             listed.in_range += u64::from(filter.keeps(r.timestamp));

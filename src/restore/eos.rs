@@ -11,7 +11,7 @@ use super::RestoreError;
 use crate::config::KafkaConfig;
 use crate::format::Record;
 use crate::kafka::{client_config, servers, Admin};
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::KafkaError as RdError;
 use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
@@ -104,7 +104,7 @@ pub fn read_markers(
     .set("isolation.level", "read_committed")
     .set("enable.partition.eof", "true")
     .set("auto.offset.reset", "earliest");
-    let consumer: BaseConsumer = c.create().map_err(|e| fail(e.to_string()))?;
+    let consumer = crate::kafka::reader(&c).map_err(|e| fail(e.to_string()))?;
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(PROGRESS_TOPIC, 0, Offset::Beginning)
         .map_err(|e| fail(e.to_string()))?;

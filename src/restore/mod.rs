@@ -37,9 +37,6 @@ use std::time::{Duration, Instant};
 /// ids of an exactly-once restore are the same when it is resumed.
 pub const WORKERS: usize = 4;
 
-/// Archive objects held in memory at once (fetched, decoded, in flight), by their decoded size.
-pub const MEMORY_BUDGET: u64 = 256 << 20;
-
 /// An archive object that could not be decoded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CorruptObject {
@@ -69,12 +66,8 @@ pub enum RestoreError {
         #[source]
         source: StoreError,
     },
-    #[error("no archive under {location}: no objects named <topic>+<partition>+<offset>.<ext> in time directories \"{time_directory}\"{hint}; check --source and --directory (restore.directory)")]
-    NoArchive {
-        location: String,
-        time_directory: String,
-        hint: String,
-    },
+    #[error("no archive under {location}: no objects named <topic>+<partition>+<offset>.<ext> at any depth{hint}; check --source and --directory (restore.directory), or name the dump task with --task")]
+    NoArchive { location: String, hint: String },
     #[error("nothing to restore under {location}: {reason}")]
     NothingSelected { location: String, reason: String },
     #[error("archive object {0} is corrupt; fix or remove it, or pass --skip-corrupt (restore.skip_corrupt = true) to skip it and count it in the summary")]
@@ -221,7 +214,6 @@ impl fmt::Display for RestoreSummary {
             (self.corrupt.len() as u64, "corrupt"),
             (s.unknown_format.len() as u64, "with unknown extensions"),
             (s.not_archive, "foreign (not archive names)"),
-            (s.misplaced, "outside the time directory pattern"),
         ]);
         writeln!(f, "skipped objects: {objects}")?;
         for c in &self.corrupt {
@@ -269,7 +261,6 @@ pub async fn run(
         .map_err(|e| match e.kind {
             ErrorKind::NotFound | ErrorKind::NoSuchBucket => RestoreError::NoArchive {
                 location: location.clone(),
-                time_directory: cfg.time_directory.to_string(),
                 hint: format!(" ({})", e.message),
             },
             _ => RestoreError::List(e),
@@ -295,7 +286,7 @@ pub async fn run(
 
     let selection = Selection {
         directory: &cfg.directory,
-        time_directory: &cfg.time_directory,
+        time_directory: cfg.time_directory.as_ref(),
         time_zone: cfg.time_zone,
         topics: cfg.topics.as_ref(),
         from: cfg.from,
@@ -319,8 +310,8 @@ pub async fn run(
     for u in &plan.skips.unknown_format {
         tracing::warn!(object = %u, "archive name with an unknown extension; not read");
     }
-    if plan.skips.misplaced > 0 {
-        tracing::warn!(objects = plan.skips.misplaced, time_directory = %cfg.time_directory, "archive names outside time directories of this pattern were ignored; check restore.time_directory");
+    if let (true, Some(layout)) = (plan.unplaced > 0, &cfg.time_directory) {
+        tracing::info!(objects = plan.unplaced, time_directory = %layout, "archive objects outside time directories of this layout are read whole (their time span is unknown)");
     }
     let mut summary = RestoreSummary {
         dry_run: opts.dry_run,
@@ -377,7 +368,7 @@ pub async fn run(
         first_error: Mutex::new(None),
         counts: Mutex::new(Counts::default()),
         queue: Mutex::new(plan.partitions.iter().cloned().collect::<VecDeque<_>>()),
-        budget: replay::Budget::new(MEMORY_BUDGET),
+        budget: replay::Budget::new(cfg.memory_budget.0),
     });
     let workers = WORKERS.min(plan.partitions.len()).max(1);
     let runner = engine.clone();
@@ -418,19 +409,13 @@ pub async fn run(
 /// Clear errors for an empty archive or a selection that matches nothing.
 fn check_plan(cfg: &RestoreConfig, plan: &Plan, location: &str) -> Result<(), RestoreError> {
     if plan.archive_objects == 0 {
-        let hint = if plan.skips.misplaced > 0 {
-            format!(
-                " (found {} archive name(s) in other directories: does restore.time_directory match the dump task's time_directory?)",
-                plan.skips.misplaced
-            )
-        } else if !plan.skips.unknown_format.is_empty() {
-            " (found archive names with unknown extensions only)".to_string()
-        } else {
+        let hint = if plan.skips.unknown_format.is_empty() {
             String::new()
+        } else {
+            " (found archive names with unknown extensions only)".to_string()
         };
         return Err(RestoreError::NoArchive {
             location: location.to_string(),
-            time_directory: cfg.time_directory.to_string(),
             hint,
         });
     }

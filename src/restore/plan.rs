@@ -1,18 +1,21 @@
 //! What a restore reads and where each record goes. Pure: a listing in, a plan out.
 //!
-//! - Objects are grouped by source partition and replayed in first-offset order (not key
-//!   order: a late record can open an object in an earlier time directory).
-//! - The time directory bounds what an object can hold. Dump rolls a file as soon as a record
-//!   of a *later* directory arrives, so every record of an object is older than the end of its
-//!   directory: objects whose directory ends at or before `from` are skipped. A late record
-//!   (older than the file it lands in) stays in the open file, so an object whose directory
-//!   starts at or after `to` may still hold in-range records; the first such object of each
-//!   partition is read for them, later ones are skipped.
+//! - Archive objects are found by name (`<topic>+<partition>+<offset>.<ext>`) at any depth
+//!   under the dump directory, so a restore finds what a dump wrote whatever its time
+//!   directories. Objects are grouped by source partition and replayed in first-offset order
+//!   (not key order: a late record can open an object in an earlier time directory).
+//! - When the dump's time layout is known, an object's time directory bounds what it can hold.
+//!   Dump rolls a file as soon as a record of a *later* directory arrives, so every record of
+//!   an object is older than the end of its directory: objects whose directory ends at or
+//!   before `from` are skipped. A late record (older than the file it lands in) stays in the
+//!   open file, so an object whose directory starts at or after `to` may still hold in-range
+//!   records; the first such object of each partition is read for them, later ones are
+//!   skipped. Objects whose directories do not follow the layout are read whole.
 //! - Records are then matched one by one against `[from, to)`.
 
 use crate::config::{Partitioning, TopicSelector};
 use crate::format::{FormatSpec, TextOptions};
-use crate::layout::{parse_key, DumpDir, ObjectName, TimeDirFormat};
+use crate::layout::{DumpDir, ObjectName, TimeDirFormat};
 use crate::store::ObjectMeta;
 use chrono::{DateTime, Utc};
 use chrono_tz::Tz;
@@ -22,7 +25,9 @@ use std::collections::BTreeMap;
 #[derive(Debug, Clone)]
 pub struct Selection<'a> {
     pub directory: &'a DumpDir,
-    pub time_directory: &'a TimeDirFormat,
+    /// The dump task's time layout, when known: lets the plan skip directories outside the
+    /// time range. `None`: objects are found by name alone and read whole.
+    pub time_directory: Option<&'a TimeDirFormat>,
     pub time_zone: Tz,
     /// `None`: every archived topic.
     pub topics: Option<&'a TopicSelector>,
@@ -36,8 +41,9 @@ pub struct PlannedObject {
     pub key: String,
     pub name: ObjectName,
     pub size: u64,
-    /// The UTC span `[start, end)` of the object's time directory.
-    pub span: (DateTime<Utc>, DateTime<Utc>),
+    /// The UTC span `[start, end)` of the object's time directory; `None` when the layout is
+    /// unknown or the object's directories do not follow it.
+    pub span: Option<(DateTime<Utc>, DateTime<Utc>)>,
 }
 
 /// The objects of one archived topic-partition, in offset order.
@@ -57,11 +63,8 @@ impl SourcePartition {
 /// Objects of the listing the plan leaves out, by reason.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PlanSkips {
-    /// Keys that are not archive objects of this layout (foreign files).
+    /// Keys that are not archive objects (foreign files, strata's own `.strata/` records).
     pub not_archive: u64,
-    /// Archive names found at another depth or in directories that do not follow
-    /// `time_directory`: usually a `time_directory` or `directory` that differs from dump's.
-    pub misplaced: u64,
     /// Archive names with an extension no format reads (examples kept for the warning).
     pub unknown_format: Vec<String>,
     pub other_topics: u64,
@@ -78,8 +81,11 @@ pub struct PlanSkips {
 pub struct Plan {
     pub partitions: Vec<SourcePartition>,
     pub skips: PlanSkips,
-    /// Archive objects of this layout found under the directory, any topic.
+    /// Archive objects found under the directory, any topic.
     pub archive_objects: u64,
+    /// Archive objects whose directories do not follow the known time layout: read whole,
+    /// since their time span is unknown.
+    pub unplaced: u64,
     /// Every archived topic seen (selected or not), for messages.
     pub archived_topics: Vec<String>,
     /// Highest partition number archived per selected topic (time range and checkpoint
@@ -101,6 +107,10 @@ impl Plan {
     }
 }
 
+/// The level under a dump directory where dump keeps its own records (seals, parameters);
+/// never archive data.
+const STRATA_DIR: &str = ".strata";
+
 /// Builds the plan from a listing under the store root. `finished` tells objects the
 /// checkpoint already holds.
 pub fn plan(listing: &[ObjectMeta], sel: &Selection<'_>, finished: impl Fn(&str) -> bool) -> Plan {
@@ -113,20 +123,19 @@ pub fn plan(listing: &[ObjectMeta], sel: &Selection<'_>, finished: impl Fn(&str)
             out.skips.not_archive += 1;
             continue;
         };
-        let file = rest.rsplit('/').next().unwrap_or(rest);
-        let Some(name) = ObjectName::parse(file) else {
+        let (dirs, file) = rest.rsplit_once('/').unwrap_or(("", rest));
+        let name = ObjectName::parse(file).filter(|_| !dirs.split('/').any(|l| l == STRATA_DIR));
+        let Some(name) = name else {
             out.skips.not_archive += 1;
             continue;
         };
-        let span = parse_key(sel.directory, sel.time_directory, &meta.key).and_then(|parsed| {
-            sel.time_directory
-                .parse_dir(&parsed.time_dir, sel.time_zone)
-                .map(|span| (parsed, span))
+        let span = sel.time_directory.and_then(|fmt| {
+            let time_dir = crate::layout::trailing_levels(dirs, fmt.depth())?;
+            fmt.parse_dir(time_dir, sel.time_zone)
         });
-        let Some((parsed, span)) = span else {
-            out.skips.misplaced += 1;
-            continue;
-        };
+        if span.is_none() && sel.time_directory.is_some() {
+            out.unplaced += 1;
+        }
         if FormatSpec::from_extension(&name.extension, TextOptions::default()).is_none() {
             if out.skips.unknown_format.len() < 5 {
                 out.skips.unknown_format.push(meta.key.clone());
@@ -146,7 +155,7 @@ pub fn plan(listing: &[ObjectMeta], sel: &Selection<'_>, finished: impl Fn(&str)
             .or_default()
             .push(PlannedObject {
                 key: meta.key.clone(),
-                name: parsed.name,
+                name,
                 size: meta.size,
                 span,
             });
@@ -157,11 +166,11 @@ pub fn plan(listing: &[ObjectMeta], sel: &Selection<'_>, finished: impl Fn(&str)
         let mut kept = Vec::with_capacity(objects.len());
         let mut boundary_taken = false;
         for o in objects {
-            if sel.from.is_some_and(|f| o.span.1 <= f) {
+            if o.span.zip(sel.from).is_some_and(|((_, end), f)| end <= f) {
                 out.skips.before_range += 1;
                 continue;
             }
-            if sel.to.is_some_and(|t| o.span.0 >= t) {
+            if o.span.zip(sel.to).is_some_and(|((start, _), t)| start >= t) {
                 if boundary_taken {
                     out.skips.after_range += 1;
                     continue;
@@ -270,7 +279,7 @@ mod tests {
         fn sel(&self, from: Option<&str>, to: Option<&str>) -> Selection<'_> {
             Selection {
                 directory: &self.dir,
-                time_directory: &self.fmt,
+                time_directory: Some(&self.fmt),
                 time_zone: Tz::UTC,
                 topics: self.topics.as_ref(),
                 from: from.map(ts),
@@ -310,21 +319,58 @@ mod tests {
     }
 
     #[test]
-    fn foreign_misplaced_and_unknown_objects_are_counted_not_read() {
+    fn foreign_and_unknown_objects_are_counted_not_read() {
         let f = Fixture::new();
         let listing = vec![
             meta("arch/README.md", 1),
             meta("other/2026/11/29/07/t+0+00000000000000000000.jsonl", 1),
-            meta("arch/2026/11/29/t+0+00000000000000000000.jsonl", 1),
-            meta("arch/2026/11/29/xx/t+0+00000000000000000000.jsonl", 1),
+            meta("arch/.strata/seals/t/0/00000000000000000000/tag", 1),
+            meta("arch/.strata/t+0+00000000000000000000.jsonl", 1),
             meta(&key("2026/11/29/07", "t", 0, 0, "jsonl.tmp"), 1),
             meta(&key("2026/11/29/07", "t", 0, 0, "txt.gz"), 1),
         ];
         let p = plan(&listing, &f.sel(None, None), |_| false);
-        assert_eq!(p.skips.not_archive, 2);
-        assert_eq!(p.skips.misplaced, 2, "wrong depth and unparsable directory");
+        assert_eq!(p.skips.not_archive, 4);
         assert_eq!(p.skips.unknown_format.len(), 1);
         assert_eq!(keys(&p), vec![("t".into(), 0, 0)]);
+        assert_eq!(p.unplaced, 0);
+    }
+
+    #[test]
+    fn archives_are_found_at_any_depth_and_read_whole_outside_the_layout() {
+        let f = Fixture::new();
+        // Another layout (day directories), a deeper dump directory and the bucket root
+        // level: all found by name; only the one that follows the layout gets a span.
+        let listing = vec![
+            meta("arch/2026/11/29/t+0+00000000000000000000.jsonl", 1),
+            meta(
+                "arch/team/x/2026/11/29/07/t+0+00000000000000000010.jsonl",
+                1,
+            ),
+            meta("arch/t+0+00000000000000000020.jsonl", 1),
+            meta("arch/2026/11/29/xx/t+0+00000000000000000030.jsonl", 1),
+        ];
+        let from = Some("2026-11-30T00:00:00Z");
+        let p = plan(&listing, &f.sel(from, None), |_| false);
+        let offs: Vec<i64> = keys(&p).into_iter().map(|k| k.2).collect();
+        assert_eq!(
+            offs,
+            vec![0, 20, 30],
+            "the placed hour 07 ends before `from`"
+        );
+        assert_eq!(p.skips.before_range, 1);
+        assert_eq!(p.unplaced, 3);
+        assert_eq!(p.archive_objects, 4);
+
+        // Without a layout nothing is skipped by directory and nothing counts as unplaced.
+        let sel = Selection {
+            time_directory: None,
+            ..f.sel(from, None)
+        };
+        let p = plan(&listing, &sel, |_| false);
+        assert_eq!(p.object_count(), 4);
+        assert_eq!(p.unplaced, 0);
+        assert!(p.objects().all(|o| o.span.is_none()));
     }
 
     #[test]
@@ -379,7 +425,7 @@ mod tests {
         let fmt = TimeDirFormat::parse("yyyy/MM/dd").unwrap();
         let sel = Selection {
             directory: &dir,
-            time_directory: &fmt,
+            time_directory: Some(&fmt),
             time_zone: chrono_tz::Asia::Tokyo,
             topics: None,
             from: Some(ts("2026-11-29T15:00:00Z")), // 2026-11-30 00:00 in Tokyo
@@ -420,7 +466,7 @@ mod tests {
         let fmt = TimeDirFormat::parse("yyyy").unwrap();
         let sel = Selection {
             directory: &dir,
-            time_directory: &fmt,
+            time_directory: Some(&fmt),
             time_zone: Tz::UTC,
             topics: None,
             from: None,

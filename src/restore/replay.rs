@@ -62,6 +62,11 @@ impl Budget {
         }
     }
 
+    /// What the budget allows: also the most one object may decode to.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
     #[cfg(test)]
     fn used(&self) -> u64 {
         *self.used.lock().unwrap_or_else(|p| p.into_inner())
@@ -86,12 +91,9 @@ impl Drop for Lease<'_> {
     }
 }
 
-/// Heap bytes of decoded records, roughly: their bytes plus per-record bookkeeping.
+/// Heap bytes of decoded records.
 fn decoded_bytes(records: &[Record]) -> u64 {
-    records
-        .iter()
-        .map(|r| record_bytes(r) + r.topic.len() as u64 + 96 + 48 * r.headers.len() as u64)
-        .sum()
+    records.iter().map(Record::heap_bytes).sum()
 }
 
 /// Where the records of one source topic go.
@@ -277,13 +279,14 @@ impl Engine {
                     obj.name.extension
                 )))
             })?;
-        let records = format::decode(&spec, &obj.name.topic, data).map_err(|e| {
-            LoadError::Corrupt(CorruptObject {
-                location,
-                at: e.at,
-                detail: e.message,
-            })
-        })?;
+        let records =
+            format::decode(&spec, &obj.name.topic, data, self.budget.limit()).map_err(|e| {
+                LoadError::Corrupt(CorruptObject {
+                    location,
+                    at: e.at,
+                    detail: e.message,
+                })
+            })?;
         lease.resize(decoded_bytes(&records));
         Ok((records, lease))
     }

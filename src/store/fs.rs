@@ -17,8 +17,6 @@ use tokio::io::{AsyncReadExt, AsyncSeekExt};
 const TMP_PREFIX: &str = ".strata-tmp-";
 /// Staging files of strata versions before streaming uploads; only ever removed.
 const STAGING_PREFIX: &str = ".strata-staging-";
-/// Listings skip every name with this prefix (temp and staging files).
-const HIDDEN_PREFIX: &str = ".strata-";
 
 #[derive(Debug, Clone)]
 pub struct FsStore {
@@ -64,10 +62,48 @@ fn temp_path(dest: &Path) -> PathBuf {
     ))
 }
 
+/// Whether a listing hides a name: temp files (`.strata-tmp-<32 hex>-<name>`) and old staging
+/// files. Anything else stays visible, archives of topics named `.strata-...` included.
+fn is_hidden(name: &str) -> bool {
+    let temp = name.strip_prefix(TMP_PREFIX).is_some_and(|rest| {
+        rest.len() > 33
+            && rest.as_bytes()[32] == b'-'
+            && rest.as_bytes()[..32].iter().all(u8::is_ascii_hexdigit)
+    });
+    temp || name.starts_with(STAGING_PREFIX)
+}
+
+/// Creates `dir` and any missing parents, fsyncing each new level into its parent, so the path
+/// of a durable object survives a crash as well as its bytes.
+fn create_dir_durable(dir: &Path) -> io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    if let Some(parent) = dir.parent() {
+        create_dir_durable(parent)?;
+    }
+    match std::fs::create_dir(dir) {
+        Ok(()) => {}
+        // Another writer created it first; it fsyncs it.
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => return Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            return Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                format!("{} exists and is not a directory", dir.display()),
+            ))
+        }
+        Err(e) => return Err(e),
+    }
+    if let Some(parent) = dir.parent() {
+        std::fs::File::open(parent)?.sync_all()?;
+    }
+    Ok(())
+}
+
 /// Creates `dest`'s directory, then returns an open temp file beside it.
 fn create_temp(dest: &Path) -> io::Result<(PathBuf, std::fs::File)> {
     if let Some(dir) = dest.parent() {
-        std::fs::create_dir_all(dir)?;
+        create_dir_durable(dir)?;
     }
     let tmp = temp_path(dest);
     let f = std::fs::File::create(&tmp)?;
@@ -104,7 +140,7 @@ fn walk(dir: &Path, rel: &str, prefix: &str, out: &mut Vec<ObjectMeta>) -> io::R
         let entry = entry?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name.starts_with(HIDDEN_PREFIX) {
+        if is_hidden(name) {
             continue;
         }
         let key = if rel.is_empty() {
@@ -281,19 +317,28 @@ impl ObjectStore for FsStore {
     }
 
     async fn check(&self) -> Result<(), StoreError> {
-        let probe = self.root.join(format!("{TMP_PREFIX}probe"));
+        let probe = temp_path(&self.root.join("check"));
         let root = self.root.clone();
         blocking(move || {
-            std::fs::create_dir_all(&root)?;
+            create_dir_durable(&root)?;
             write_atomic(&probe, b"strata write check")?;
             std::fs::remove_file(&probe)
         })
         .await
         .map_err(|e| {
+            let unauthorized = e.kind() == io::ErrorKind::PermissionDenied;
             StoreError::new(
-                ErrorKind::Unauthorized,
+                if unauthorized {
+                    ErrorKind::Unauthorized
+                } else {
+                    ErrorKind::Io
+                },
                 self.location(""),
-                format!("cannot write here: {e}; create the directory or fix its permissions, or change store.url"),
+                if unauthorized {
+                    format!("cannot write here: {e}; fix the directory's permissions or change store.url")
+                } else {
+                    format!("cannot write here: {e}; create the directory (a writable one, on a mounted file system) or change store.url")
+                },
             )
         })
     }
@@ -449,5 +494,71 @@ impl MultipartUpload for FsUpload {
 
     fn tag(&self) -> &str {
         &self.tag
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_temp_and_staging_names_are_hidden() {
+        let temp = temp_path(Path::new("/x/orders+0+00000000000000000000.jsonl"));
+        let temp = temp.file_name().unwrap().to_str().unwrap();
+        assert!(is_hidden(temp), "{temp}");
+        assert!(is_hidden(
+            ".strata-staging-orders+0+00000000000000000000.jsonl"
+        ));
+        for visible in [
+            ".strata-audit+0+00000000000000000000.jsonl",
+            ".strata-tmp-audit+0+00000000000000000000.jsonl",
+            ".strata-tmp-",
+            "orders+0+00000000000000000000.jsonl",
+        ] {
+            assert!(!is_hidden(visible), "{visible}");
+        }
+    }
+
+    #[tokio::test]
+    async fn archives_of_dot_strata_topics_are_listed() {
+        let root = tempfile::tempdir().unwrap();
+        let store = FsStore::new(root.path().to_path_buf());
+        let key = "d/2026/12/02/.strata-audit+0+00000000000000000000.jsonl";
+        store.put(key, Bytes::from_static(b"{}\n")).await.unwrap();
+        let keys: Vec<String> = store
+            .list("d/")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.key)
+            .collect();
+        assert_eq!(keys, vec![key.to_string()]);
+    }
+
+    #[tokio::test]
+    async fn check_reports_the_real_cause() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("not-a-dir");
+        std::fs::write(&file, b"x").unwrap();
+        let e = FsStore::new(file.join("archive"))
+            .check()
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Io, "{e}");
+        assert!(
+            e.to_string()
+                .contains("not-a-dir exists and is not a directory"),
+            "{e}"
+        );
+        assert!(!e.to_string().contains("permission"), "{e}");
+    }
+
+    #[test]
+    fn new_directories_are_created_level_by_level() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("a/b/c");
+        create_dir_durable(&deep).unwrap();
+        assert!(deep.is_dir());
+        create_dir_durable(&deep).unwrap();
     }
 }

@@ -295,7 +295,7 @@ pub async fn read_archive(
             .expect("known extension");
         let data = store.get(&meta.key).await.expect("get object");
         assert_eq!(data.len() as u64, meta.size, "listed size of {}", meta.key);
-        let records = strata::format::decode(&spec, &name.topic, data)
+        let records = strata::format::decode(&spec, &name.topic, data, u64::MAX)
             .unwrap_or_else(|e| panic!("decode {}: {e}", meta.key));
         out.push(ArchivedObject {
             key: meta.key,

@@ -288,7 +288,7 @@ pub(super) fn validate(
     }
     let restore = raw
         .restore
-        .map(|r| restore::restore(&mut cx, r, &store, &kafka));
+        .map(|r| restore::restore(&mut cx, r, &store, &kafka, limits.buffer_memory));
     let tier = tier::tier(&mut cx, raw.tier.unwrap_or_default());
     if !cx.issues.is_empty() {
         return Err(cx.issues);

@@ -25,6 +25,7 @@ pub(super) fn restore(
     raw: RawRestore,
     store: &StoreConfig,
     source_kafka: &KafkaConfig,
+    memory_budget: ByteSize,
 ) -> Option<RestoreConfig> {
     cx.unknown("restore", &raw.unknown, RESTORE_KEYS);
     let before = cx.issues.len();
@@ -44,7 +45,10 @@ pub(super) fn restore(
         cx.push("restore.directory", format!("{directory:?} {e}"));
         crate::layout::DumpDir::default()
     });
-    let time_directory = time_directory(cx, "restore.time_directory", &raw.time_directory);
+    let time_directory = raw
+        .time_directory
+        .is_some()
+        .then(|| time_directory(cx, "restore.time_directory", &raw.time_directory));
     let time_zone = time_zone(cx, "restore.time_zone", &raw.time_zone);
     let topics = topic_selector(cx, "restore", &raw.topics, &raw.topic_regex, false);
     let from = timestamp(cx, "restore.from", &raw.from);
@@ -143,5 +147,6 @@ pub(super) fn restore(
         exactly_once: raw.exactly_once.unwrap_or(false),
         text,
         kafka,
+        memory_budget,
     })
 }
