@@ -1150,3 +1150,300 @@ async fn a_checkpoint_of_other_settings_is_refused() {
     assert!(err.contains("target_prefix: \"one.\" -> \"two.\""), "{err}");
     assert!(!topic_exists(&format!("two.{topic}")));
 }
+
+// --- Kafka security: the dev broker's SASL_PLAINTEXT, SSL and SASL_SSL listeners ------------
+
+/// Environment variable the secured configs name for the password.
+const PASSWORD_VAR: &str = "STRATA_TEST_SECURE_PASSWORD";
+
+fn env(name: &str) -> String {
+    std::env::var(name)
+        .unwrap_or_else(|_| panic!("{name} is not set: run the tests with `./dev test`"))
+}
+
+fn password_of(file_var: &str) -> String {
+    std::fs::read_to_string(env(file_var))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn tls_file(name: &str) -> String {
+    format!("{}/{name}", env("STRATA_TEST_TLS_DIR"))
+}
+
+/// A `[kafka]` table for one of the secured listeners; the password is `${PASSWORD_VAR}`.
+fn secure_kafka(
+    listener: &str,
+    mechanism: Option<&str>,
+    user: &str,
+    ca: &str,
+    client_cert: bool,
+) -> String {
+    let (servers, protocol) = match listener {
+        "sasl" => (env("STRATA_TEST_SASL_BOOTSTRAP"), "SASL_PLAINTEXT"),
+        "ssl" => (env("STRATA_TEST_SSL_BOOTSTRAP"), "SSL"),
+        _ => (env("STRATA_TEST_SASL_SSL_BOOTSTRAP"), "SASL_SSL"),
+    };
+    let mut t =
+        format!("[kafka]\nbootstrap_servers = \"{servers}\"\nsecurity_protocol = \"{protocol}\"\n");
+    if let Some(m) = mechanism {
+        t += &format!(
+            "sasl_mechanism = \"{m}\"\nusername = \"{user}\"\npassword = \"${{{PASSWORD_VAR}}}\"\n"
+        );
+    }
+    if protocol != "SASL_PLAINTEXT" {
+        t += &format!("ssl_ca_location = \"{}\"\n", tls_file(ca));
+    }
+    if client_cert {
+        t += &format!(
+            "ssl_certificate_location = \"{}\"\nssl_key_location = \"{}\"\n",
+            tls_file("client.pem"),
+            tls_file("client.key")
+        );
+    }
+    t
+}
+
+/// Runs the binary with the password in the environment; returns (exit code, all output) after
+/// checking that the output never shows `password`.
+fn run_secured(args: &[&str], password: &str) -> (Option<i32>, String) {
+    let mut child = Command::new(strata_bin())
+        .args(args)
+        .env(PASSWORD_VAR, password)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Only a guard against a hang (a refusal retried forever); nothing is timed.
+    let deadline = Instant::now() + Duration::from_secs(180);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("strata {args:?} did not end: a refusal must not be retried forever");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !text.contains(password),
+        "the password appears in the output:\n{text}"
+    );
+    (out.status.code(), text)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dump_and_restore_over_sasl_ssl_and_mutual_tls() {
+    let password = password_of("STRATA_TEST_KAFKA_PASSWORD_FILE");
+    let user = env("STRATA_TEST_KAFKA_USER");
+    for (name, kafka) in [
+        (
+            "sasl-ssl",
+            secure_kafka("sasl_ssl", Some("SCRAM-SHA-512"), &user, "ca.pem", false),
+        ),
+        ("mtls", secure_kafka("ssl", None, "", "ca.pem", true)),
+    ] {
+        let topic = unique(&format!("sec-{name}"));
+        let root = tempfile::tempdir().unwrap();
+        create_topic(&topic, 2).await;
+        produce(&sample_records(&topic, 80, 2, base_ts())).await;
+        let cfg = root.path().join("strata.toml");
+        std::fs::write(
+            &cfg,
+            format!(
+                "{kafka}[store]\nurl = \"file://{}\"\n[[tasks]]\nname = \"{}\"\ntopics = [\"{topic}\"]\nformat = \"jsonl\"\n",
+                root.path().join("arch").display(),
+                unique("sec")
+            ),
+        )
+        .unwrap();
+        let cfg = cfg.to_str().unwrap();
+        let (code, out) = run_secured(&["dump", "--once", "--config", cfg], &password);
+        assert_eq!(code, Some(0), "{name}: dump\n{out}");
+        let cp = root.path().join("cp.json");
+        let (code, out) = run_secured(
+            &[
+                "restore",
+                "--config",
+                cfg,
+                "--target-prefix",
+                "secured.",
+                "--exactly-once",
+                "--checkpoint",
+                cp.to_str().unwrap(),
+            ],
+            &password,
+        );
+        assert_eq!(code, Some(0), "{name}: restore\n{out}");
+        assert_same_per_partition(
+            &consume_all(&topic),
+            &consume_committed(&format!("secured.{topic}")),
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn every_secured_listener_connects() {
+    let password = password_of("STRATA_TEST_KAFKA_PASSWORD_FILE");
+    let user = env("STRATA_TEST_KAFKA_USER");
+    for (what, kafka) in [
+        (
+            "SASL_PLAINTEXT PLAIN",
+            secure_kafka("sasl", Some("PLAIN"), &user, "", false),
+        ),
+        (
+            "SASL_PLAINTEXT SCRAM-SHA-512",
+            secure_kafka("sasl", Some("SCRAM-SHA-512"), &user, "", false),
+        ),
+        (
+            "SSL without a client certificate",
+            secure_kafka("ssl", None, "", "ca.pem", false),
+        ),
+        (
+            "SASL_SSL PLAIN",
+            secure_kafka("sasl_ssl", Some("PLAIN"), &user, "ca.pem", false),
+        ),
+    ] {
+        let cfg = strata::config::Config::from_toml(&kafka, "t", |k| {
+            (k == PASSWORD_VAR).then(|| password.clone())
+        })
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let admin = tokio::task::spawn_blocking(move || strata::kafka::Admin::connect(&cfg.kafka))
+            .await
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(admin.broker_count().unwrap(), 1, "{what}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn refused_logins_certificates_and_acls_are_clear_errors() {
+    let topic = unique("sec-refused");
+    create_topic(&topic, 1).await;
+    produce(&sample_records(&topic, 5, 1, base_ts())).await;
+    let good = password_of("STRATA_TEST_KAFKA_PASSWORD_FILE");
+    let limited = password_of("STRATA_TEST_LIMITED_PASSWORD_FILE");
+    let user = env("STRATA_TEST_KAFKA_USER");
+    let limited_user = env("STRATA_TEST_LIMITED_USER");
+    let root = tempfile::tempdir().unwrap();
+    let wrong = "wrong-password-0123456789";
+    let cases: [(&str, String, &str, Vec<String>); 5] = [
+        (
+            "wrong password",
+            secure_kafka("sasl", Some("SCRAM-SHA-512"), &user, "", false),
+            wrong,
+            vec![
+                format!("refused the login of user \"{user}\" (SCRAM-SHA-512)"),
+                env("STRATA_TEST_SASL_BOOTSTRAP"),
+            ],
+        ),
+        (
+            "unknown user",
+            secure_kafka("sasl", Some("PLAIN"), "nobody-here", "", false),
+            good.as_str(),
+            vec!["refused the login of user \"nobody-here\" (PLAIN)".to_string()],
+        ),
+        (
+            "untrusted CA",
+            secure_kafka("ssl", None, "", "other-ca.pem", false),
+            "",
+            vec![
+                "TLS with Kafka at".to_string(),
+                tls_file("other-ca.pem"),
+                "certificate verify failed".to_string(),
+            ],
+        ),
+        (
+            "missing ACL, dump",
+            secure_kafka(
+                "sasl_ssl",
+                Some("SCRAM-SHA-512"),
+                &limited_user,
+                "ca.pem",
+                false,
+            ),
+            limited.as_str(),
+            vec![
+                format!("does not authorize user \"{limited_user}\""),
+                "Topic authorization failed".to_string(),
+                topic.clone(),
+            ],
+        ),
+        (
+            "missing ACL, restore",
+            secure_kafka(
+                "sasl_ssl",
+                Some("SCRAM-SHA-512"),
+                &limited_user,
+                "ca.pem",
+                false,
+            ),
+            limited.as_str(),
+            vec![
+                format!("does not authorize user \"{limited_user}\""),
+                "creating topic".to_string(),
+            ],
+        ),
+    ];
+    let archive_dir = root.path().join("arch");
+    for (i, (what, kafka, password, wanted)) in cases.iter().enumerate() {
+        let cfg = root.path().join(format!("c{i}.toml"));
+        std::fs::write(
+            &cfg,
+            format!(
+                "{kafka}[store]\nurl = \"file://{}\"\n[[tasks]]\nname = \"{}\"\ntopics = [\"{topic}\"]\n",
+                archive_dir.display(),
+                unique("refused")
+            ),
+        )
+        .unwrap();
+        let cfg = cfg.to_str().unwrap();
+        let cp_path = root
+            .path()
+            .join(format!("cp{i}.json"))
+            .display()
+            .to_string();
+        let args: Vec<&str> = if what.ends_with("restore") {
+            // An archive to restore from, written over the plaintext listener.
+            dump_once(&format!(
+                "{}[[tasks]]\nname = \"{}\"\ntopics = [\"{topic}\"]\n",
+                file_toml(&archive_dir),
+                unique("plain")
+            ))
+            .await;
+            vec![
+                "restore",
+                "--config",
+                cfg,
+                "--target-prefix",
+                "denied.",
+                "--checkpoint",
+                cp_path.as_str(),
+            ]
+        } else {
+            vec!["dump", "--once", "--config", cfg]
+        };
+        let password = if password.is_empty() {
+            "unused-password-value"
+        } else {
+            password
+        };
+        let (code, out) = run_secured(&args, password);
+        assert_eq!(code, Some(1), "{what}: a refusal is a failure\n{out}");
+        for w in wanted {
+            assert!(
+                out.contains(w.as_str()),
+                "{what}: the error names {w:?}:\n{out}"
+            );
+        }
+        assert!(
+            !out.contains(&good) && !out.contains(&limited) && !out.contains(wrong),
+            "{what}: a secret in the output"
+        );
+    }
+}

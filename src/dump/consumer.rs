@@ -20,6 +20,8 @@ pub(crate) enum AssignmentChange {
 
 pub(crate) struct DumpContext {
     task: String,
+    /// A refused login or TLS handshake, which the poll loop turns into an error.
+    pub(crate) watch: crate::kafka::Watch,
     changes: Mutex<Vec<AssignmentChange>>,
     /// Set with every change, so the per-poll check needs no lock.
     changed: AtomicBool,
@@ -30,6 +32,7 @@ impl DumpContext {
     pub(crate) fn new(task: &str) -> Self {
         Self {
             task: task.to_string(),
+            watch: crate::kafka::Watch::default(),
             changes: Mutex::new(Vec::new()),
             changed: AtomicBool::new(false),
         }

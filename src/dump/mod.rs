@@ -216,7 +216,7 @@ pub async fn run(
         stores.push(store);
     }
     let kafka = cfg.kafka.clone();
-    tokio::task::spawn_blocking(move || crate::kafka::Admin::new(&kafka)?.list_topics())
+    tokio::task::spawn_blocking(move || crate::kafka::Admin::connect(&kafka).map(drop))
         .await
         .map_err(|e| DumpError::Worker {
             task: "startup".into(),

@@ -13,7 +13,7 @@ use super::upload::{self, Control, PartitionFlags, Seal, UploadContext};
 use super::writer::{self, ToWriter, WriterContext};
 use super::{DumpError, DumpOptions, Fatal, Metrics, Summary, Tp};
 use crate::config::{DumpTask, KafkaConfig, StartOffset, TopicSelector};
-use crate::kafka::KafkaError;
+use crate::kafka::{refusal, KafkaError};
 use crate::store::ObjectStore;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
@@ -386,6 +386,19 @@ impl Poll {
                 None => {}
                 Some(Ok(m)) => self.route(c, &m),
                 Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => {}
+                Some(Err(e))
+                    if e.rdkafka_error_code()
+                        .is_some_and(refusal::is_authorization) =>
+                {
+                    return Err(DumpError::Kafka(KafkaError::not_authorized(
+                        &self.kafka,
+                        format!(
+                            "{e} (reading topics {} in consumer group {:?})",
+                            self.subscribed.join(", "),
+                            self.task.name.as_str()
+                        ),
+                    )));
+                }
                 Some(Err(e)) => {
                     tracing::warn!(task = %self.task.name, error = %e, "consumer error; librdkafka retries")
                 }
@@ -774,6 +787,9 @@ impl Poll {
     }
 
     fn tick(&mut self, c: &BaseConsumer<DumpContext>) -> Result<(), DumpError> {
+        if let Some(r) = c.context().watch.refusal() {
+            return Err(DumpError::Kafka(KafkaError::refused(&self.kafka, r)));
+        }
         self.flush_batches(c);
         for w in 0..self.writers.len() {
             self.queue_for(c, w, ToWriter::Tick);
@@ -890,7 +906,7 @@ impl Poll {
                         tracing::warn!(task = %self.task.name, error = %e, "cannot list topics; keeping the current subscription");
                         return Ok(());
                     }
-                    Err(e) => return Err(kafka_err("the configured brokers")(e)),
+                    Err(e) => return Err(self.kafka_failure(c, e)),
                 };
                 let mut t: Vec<String> = md
                     .topics()
@@ -923,6 +939,21 @@ impl Poll {
         Ok(())
     }
 
+    /// A failed Kafka call: the cluster's refusal when the consumer saw one, else unreachable.
+    fn kafka_failure(
+        &self,
+        c: &BaseConsumer<DumpContext>,
+        e: rdkafka::error::KafkaError,
+    ) -> DumpError {
+        DumpError::Kafka(match c.context().watch.refusal() {
+            Some(r) => KafkaError::refused(&self.kafka, r),
+            None => KafkaError::Unreachable {
+                servers: crate::kafka::servers(&self.kafka),
+                detail: e.to_string(),
+            },
+        })
+    }
+
     /// `--once` must not succeed silently when there is nothing it could read.
     fn check_topics_exist(
         &self,
@@ -937,7 +968,7 @@ impl Poll {
         }
         let md = c
             .fetch_metadata(None, Duration::from_secs(10))
-            .map_err(kafka_err("the configured brokers"))?;
+            .map_err(|e| self.kafka_failure(c, e))?;
         let missing: Vec<&String> = wanted
             .iter()
             .filter(|w| {
@@ -946,6 +977,21 @@ impl Poll {
                     .any(|t| t.name() == w.as_str() && t.error().is_none())
             })
             .collect();
+        // A topic this principal may not describe is missing from the listing: say so.
+        for w in &missing {
+            let denied = c
+                .fetch_metadata(Some(w.as_str()), Duration::from_secs(10))
+                .ok()
+                .and_then(|md| md.topics().first().and_then(|t| t.error()))
+                .map(rdkafka::types::RDKafkaErrorCode::from)
+                .filter(|code| refusal::is_authorization(*code));
+            if let Some(code) = denied {
+                return Err(DumpError::Kafka(KafkaError::not_authorized(
+                    &self.kafka,
+                    format!("{code} (describing topic {w:?})"),
+                )));
+            }
+        }
         if !missing.is_empty() {
             return Err(DumpError::NoTopics {
                 task: self.task.name.to_string(),

@@ -1,18 +1,21 @@
 //! Topic administration and offsets: create topics, list them, read partition counts and
 //! watermarks. Used by dump (regex subscriptions, `--once`), restore (target topics) and tests.
 
-use super::{client_config, servers, KafkaError, ADMIN_TIMEOUT};
+use super::{client_config, servers, KafkaError, Watch, ADMIN_TIMEOUT};
 use crate::config::KafkaConfig;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::metadata::Metadata;
 use rdkafka::types::RDKafkaErrorCode;
+use std::time::{Duration, Instant};
 
 /// Admin and metadata calls against one cluster.
 pub struct Admin {
-    admin: AdminClient<DefaultClientContext>,
-    meta: BaseConsumer,
-    servers: String,
+    admin: AdminClient<Watch>,
+    meta: BaseConsumer<Watch>,
+    /// Shared by both clients: a refused login or TLS handshake ends calls early.
+    watch: Watch,
+    kafka: KafkaConfig,
 }
 
 impl Admin {
@@ -22,17 +25,52 @@ impl Admin {
             servers: servers(k),
             source,
         };
+        let watch = Watch::default();
         Ok(Self {
-            admin: cfg.create().map_err(err)?,
-            meta: cfg.create().map_err(err)?,
-            servers: servers(k),
+            admin: cfg.create_with_context(watch.clone()).map_err(err)?,
+            meta: cfg.create_with_context(watch.clone()).map_err(err)?,
+            watch,
+            kafka: k.clone(),
         })
     }
 
+    /// [`Self::new`], then a metadata request: the cluster answers and accepts this client's
+    /// login and certificates, or the error says which of them it refused.
+    pub fn connect(k: &KafkaConfig) -> Result<Self, KafkaError> {
+        let admin = Self::new(k)?;
+        admin.metadata(None)?;
+        Ok(admin)
+    }
+
+    /// The error of a failed call: the cluster's refusal when there was one, else unreachable.
     fn unreachable(&self, e: impl std::fmt::Display) -> KafkaError {
-        KafkaError::Unreachable {
-            servers: self.servers.clone(),
-            detail: e.to_string(),
+        let _ = self.meta.poll(Duration::ZERO);
+        match self.watch.refusal() {
+            Some(r) => KafkaError::refused(&self.kafka, r),
+            None => KafkaError::Unreachable {
+                servers: servers(&self.kafka),
+                detail: e.to_string(),
+            },
+        }
+    }
+
+    /// Cluster metadata (one topic's, or all), asked in short steps so that a refused login or
+    /// handshake ends the wait at once instead of after [`ADMIN_TIMEOUT`].
+    fn metadata(&self, topic: Option<&str>) -> Result<Metadata, KafkaError> {
+        let deadline = Instant::now() + ADMIN_TIMEOUT;
+        loop {
+            let step = deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_secs(1));
+            // Serves the error callbacks, where librdkafka reports refusals.
+            let _ = self.meta.poll(Duration::ZERO);
+            match self.meta.fetch_metadata(topic, step) {
+                Ok(md) => return Ok(md),
+                Err(e) if self.watch.refusal().is_some() || Instant::now() >= deadline => {
+                    return Err(self.unreachable(e))
+                }
+                Err(_) => {}
+            }
         }
     }
 
@@ -59,6 +97,12 @@ impl Admin {
         for r in results {
             match r {
                 Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((topic, code)) if super::refusal::is_authorization(code) => {
+                    return Err(KafkaError::not_authorized(
+                        &self.kafka,
+                        format!("{code} (creating topic {topic:?})"),
+                    ))
+                }
                 Err((topic, code)) => {
                     return Err(KafkaError::Topic { topic, detail: format!("cannot create it: {code}; check the partition count, replication factor and ACLs") })
                 }
@@ -114,10 +158,7 @@ impl Admin {
 
     /// All topic names the cluster reports (internal ones included; callers filter).
     pub fn list_topics(&self) -> Result<Vec<String>, KafkaError> {
-        let md = self
-            .meta
-            .fetch_metadata(None, ADMIN_TIMEOUT)
-            .map_err(|e| self.unreachable(e))?;
+        let md = self.metadata(None)?;
         Ok(md
             .topics()
             .iter()
@@ -128,10 +169,7 @@ impl Admin {
 
     /// Number of partitions, or `None` when the topic does not exist.
     pub fn partition_count(&self, topic: &str) -> Result<Option<i32>, KafkaError> {
-        let md = self
-            .meta
-            .fetch_metadata(Some(topic), ADMIN_TIMEOUT)
-            .map_err(|e| self.unreachable(e))?;
+        let md = self.metadata(Some(topic))?;
         Ok(md
             .topics()
             .iter()
@@ -141,10 +179,7 @@ impl Admin {
 
     /// The brokers the cluster reports.
     pub fn broker_count(&self) -> Result<usize, KafkaError> {
-        let md = self
-            .meta
-            .fetch_metadata(None, ADMIN_TIMEOUT)
-            .map_err(|e| self.unreachable(e))?;
+        let md = self.metadata(None)?;
         Ok(md.brokers().len())
     }
 

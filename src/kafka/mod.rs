@@ -3,12 +3,14 @@
 //! rebalance handling lives in `dump`, next to the buffers it must protect.
 
 pub mod admin;
+pub mod refusal;
 
 use crate::config::KafkaConfig;
 use rdkafka::ClientConfig;
 use std::time::Duration;
 
 pub use admin::Admin;
+pub use refusal::{Refusal, Watch};
 
 /// Timeout for metadata and admin calls; long enough for a slow broker, short enough to fail.
 pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -26,6 +28,25 @@ pub enum KafkaError {
     Unreachable { servers: String, detail: String },
     #[error("topic {topic:?}: {detail}")]
     Topic { topic: String, detail: String },
+    #[error("Kafka at {servers} refused the login of {who}: {detail}; check the user name and password of this cluster's settings (and that the user exists for this mechanism)")]
+    LoginRefused {
+        servers: String,
+        who: String,
+        detail: String,
+    },
+    #[error("TLS with Kafka at {servers} failed: {detail}; check that {ca} holds the CA that signed the brokers' certificates{client}")]
+    Tls {
+        servers: String,
+        detail: String,
+        ca: String,
+        client: String,
+    },
+    #[error("Kafka at {servers} does not authorize {principal}: {detail}; grant the ACLs this mode needs (see docs/operations.md, Kafka ACLs)")]
+    NotAuthorized {
+        servers: String,
+        principal: String,
+        detail: String,
+    },
 }
 
 /// librdkafka settings shared by every client strata creates.
@@ -63,28 +84,14 @@ pub fn client_config(k: &KafkaConfig) -> ClientConfig {
     c
 }
 
-/// Context of strata's short-lived readers (progress markers, positions, checkpoints, `--once`
-/// coverage): end of partition is how they learn they are done, not an error worth a log line.
-/// Other client errors are warnings: librdkafka retries them and each reader has a deadline.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ReaderContext;
-
-impl rdkafka::client::ClientContext for ReaderContext {
-    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        if error.rdkafka_error_code() != Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF) {
-            tracing::warn!(error = %error, reason, "kafka client error; librdkafka retries");
-        }
-    }
-}
-
-impl rdkafka::consumer::ConsumerContext for ReaderContext {}
-
-/// A consumer with [`ReaderContext`].
-pub type Reader = rdkafka::consumer::BaseConsumer<ReaderContext>;
+/// strata's short-lived readers (progress markers, positions, checkpoints, `--once` coverage):
+/// their [`Watch`] keeps end of partition, which is how they learn they are done, out of the
+/// error log.
+pub type Reader = rdkafka::consumer::BaseConsumer<Watch>;
 
 /// Creates a [`Reader`] from client settings.
 pub fn reader(c: &ClientConfig) -> rdkafka::error::KafkaResult<Reader> {
-    c.create_with_context(ReaderContext)
+    c.create_with_context(Watch::default())
 }
 
 /// The servers as one string, for messages.

@@ -464,7 +464,7 @@ async fn prepare_targets(
     }
     let kafka = cfg.kafka.clone();
     let admin = Arc::new(
-        tokio::task::spawn_blocking(move || Admin::new(&kafka))
+        tokio::task::spawn_blocking(move || Admin::connect(&kafka))
             .await
             .map_err(|e| RestoreError::Internal(e.to_string()))??,
     );
@@ -553,7 +553,7 @@ async fn eos_setup(
 ) -> Result<(Vec<RestoreProducer>, Vec<(String, eos::Marker)>), RestoreError> {
     let servers = crate::kafka::servers(&cfg.kafka);
     let kafka = cfg.kafka.clone();
-    let admin = tokio::task::spawn_blocking(move || Admin::new(&kafka))
+    let admin = tokio::task::spawn_blocking(move || Admin::connect(&kafka))
         .await
         .map_err(|e| RestoreError::Internal(e.to_string()))??;
     eos::ensure_progress_topic(&admin, cfg.replication_factor).await?;
