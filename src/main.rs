@@ -255,7 +255,16 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 "{}",
                 strata::config::render_report(&config.display().to_string(), &cfg)
             );
-            Ok(ExitCode::SUCCESS)
+            if cfg.tasks.is_empty() {
+                return Ok(ExitCode::SUCCESS);
+            }
+            let (lines, changed) = strata::dump::params::report(&cfg.tasks).await;
+            print!("stored task parameters:\n{lines}");
+            Ok(if changed {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Command::Dump {
             config,
@@ -424,9 +433,45 @@ fn main() -> ExitCode {
     match rt.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            tracing::error!("{e:#}");
-            eprintln!("error: {e:#}");
+            let message = report(&e);
+            tracing::error!("{message}");
+            eprintln!("error: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The error and its causes, each once: strata's errors already put their cause into their
+/// message, so a cause whose text is shown already is not repeated.
+fn report(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("the object store is not usable: {0}")]
+    struct Outer(#[source] std::io::Error);
+
+    #[test]
+    fn causes_are_reported_once() {
+        let e =
+            anyhow::Error::new(Outer(std::io::Error::other("disk on fire"))).context("tier failed");
+        assert_eq!(
+            report(&e),
+            "tier failed: the object store is not usable: disk on fire"
+        );
+        let plain = anyhow::Error::new(std::io::Error::other("inner")).context("outer");
+        assert_eq!(report(&plain), "outer: inner");
     }
 }

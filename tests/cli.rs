@@ -599,3 +599,89 @@ mod markdown {
         problems
     }
 }
+
+/// Listening TCP sockets (`/proc/net/tcp` and `tcp6`, state 0A) on `port`: their local
+/// addresses, decoded.
+fn listeners_on(port: u16) -> Vec<std::net::IpAddr> {
+    let mut out = Vec::new();
+    for (file, v6) in [("/proc/net/tcp", false), ("/proc/net/tcp6", true)] {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state)) = (cols.get(1), cols.get(3)) else {
+                continue;
+            };
+            let Some((addr, p)) = local.split_once(':') else {
+                continue;
+            };
+            if *state != "0A" || u16::from_str_radix(p, 16).ok() != Some(port) {
+                continue;
+            }
+            // The kernel prints each 32-bit word of the address in host byte order.
+            let words: Vec<u32> = (0..addr.len() / 8)
+                .map(|i| u32::from_str_radix(&addr[i * 8..i * 8 + 8], 16).unwrap())
+                .collect();
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+            out.push(if v6 {
+                let b: [u8; 16] = bytes.try_into().unwrap();
+                std::net::IpAddr::V6(b.into())
+            } else {
+                let b: [u8; 4] = bytes.try_into().unwrap();
+                std::net::IpAddr::V4(b.into())
+            });
+        }
+    }
+    out
+}
+
+fn is_loopback(a: &std::net::IpAddr) -> bool {
+    match a {
+        std::net::IpAddr::V4(v4) => v4.is_loopback(),
+        std::net::IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
+}
+
+#[test]
+fn dev_services_listen_on_loopback_only() {
+    let port = |addr: &str| -> u16 {
+        let hostport = addr.trim_start_matches("http://");
+        hostport
+            .rsplit_once(':')
+            .unwrap()
+            .1
+            .trim_end_matches('/')
+            .parse()
+            .unwrap()
+    };
+    let mut ports = vec![
+        ("LocalStack S3", port(&s3_endpoint())),
+        ("Kafka", port(&bootstrap())),
+    ];
+    for (what, var) in [
+        ("Kafka SASL_PLAINTEXT", "STRATA_TEST_SASL_BOOTSTRAP"),
+        ("Kafka SSL", "STRATA_TEST_SSL_BOOTSTRAP"),
+        ("Kafka SASL_SSL", "STRATA_TEST_SASL_SSL_BOOTSTRAP"),
+        ("peer Kafka", "STRATA_TEST_PEER_BOOTSTRAP"),
+    ] {
+        ports.push((
+            what,
+            port(
+                &std::env::var(var)
+                    .unwrap_or_else(|_| panic!("{var} is not set: run with ./dev test")),
+            ),
+        ));
+    }
+    for (what, p) in ports {
+        let found = listeners_on(p);
+        assert!(!found.is_empty(), "{what}: nothing listens on port {p}");
+        assert!(
+            found.iter().all(is_loopback),
+            "{what} on port {p} listens beyond loopback: {found:?}"
+        );
+    }
+    // The decoder itself: 0.0.0.0 is not loopback, ::ffff:127.0.0.1 is.
+    assert!(!is_loopback(&"0.0.0.0".parse().unwrap()));
+    assert!(is_loopback(&"::ffff:127.0.0.1".parse().unwrap()));
+}

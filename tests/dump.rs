@@ -310,6 +310,79 @@ async fn once_stops_at_the_high_watermark_and_resumes_where_it_committed() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_task_keeps_the_parameters_it_was_created_with() {
+    let topic = unique("params");
+    create_topic(&topic, 1).await;
+    produce(&sample_records(&topic, 10, 1, base_ts())).await;
+    let root = tempfile::tempdir().unwrap();
+    let conf = tempfile::tempdir().unwrap();
+    let name = unique("params");
+    let toml = |extra: &str| {
+        format!(
+            "{}{}",
+            file_toml(root.path()),
+            task_toml(&name, &topic, extra)
+        )
+    };
+    dump_once(&toml("format = \"jsonl\"")).await;
+    let record = root.path().join(format!(".strata/tasks/{name}.json"));
+    assert!(record.exists(), "the first start records the layout");
+    let cfg = conf.path().join("strata.toml");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(strata_bin())
+            .args(args)
+            .arg("--config")
+            .arg(&cfg)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    };
+    // Same layout, other size: fine, and validate says it matches.
+    std::fs::write(&cfg, toml("format = \"jsonl\"\nmax_file_size = \"8MiB\"")).unwrap();
+    let (code, out) = run(&["validate"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains(&format!("{name}: match")), "{out}");
+    // Another format and time layout under the same name: refused by validate and by dump.
+    std::fs::write(
+        &cfg,
+        toml("format = \"parquet\"\ntime_directory = \"yyyy/MM/dd/HH\""),
+    )
+    .unwrap();
+    let (code, out) = run(&["validate"]);
+    assert_eq!(code, Some(2), "{out}");
+    for want in [
+        "CHANGED since creation",
+        "format: stored \"jsonl\", config \"parquet\"",
+        "time_directory: stored \"yyyy/MM/dd\", config \"yyyy/MM/dd/HH\"",
+    ] {
+        assert!(out.contains(want), "validate names {want:?}:\n{out}");
+    }
+    let (code, out) = run(&["dump", "--once"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("cannot change after creation") && out.contains("create a new task"),
+        "{out}"
+    );
+    let objects = read_archive(
+        &FsStore::new(root.path().to_path_buf()),
+        "",
+        TextOptions::default(),
+    )
+    .await;
+    assert!(
+        objects.iter().all(|o| o.name.extension == "jsonl"),
+        "nothing written in the new layout"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn once_with_a_missing_topic_fails_clearly() {
     let root = tempfile::tempdir().unwrap();
     let missing = unique("no-such-topic");

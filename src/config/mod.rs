@@ -491,6 +491,16 @@ pub enum TimeSource {
     Dump,
 }
 
+impl TimeSource {
+    /// The config value (`time_source = "record"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimeSource::Record => "record",
+            TimeSource::Dump => "dump",
+        }
+    }
+}
+
 /// One dump task: topics into time-partitioned archive objects.
 #[derive(Debug, Clone)]
 pub struct DumpTask {

@@ -114,10 +114,7 @@ pub fn render_report(origin: &str, c: &Config) -> String {
             t.directory.prefix(),
             t.time_directory,
             t.time_zone,
-            match t.time_source {
-                TimeSource::Record => "record",
-                TimeSource::Dump => "dump",
-            },
+            t.time_source.as_str(),
         );
     }
     if let Some(r) = &c.restore {

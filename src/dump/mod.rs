@@ -12,6 +12,7 @@ pub(crate) mod batch;
 mod budget;
 pub(crate) mod consumer;
 mod once;
+pub mod params;
 mod poll;
 pub mod roll;
 mod upload;
@@ -58,6 +59,8 @@ pub enum DumpError {
     },
     #[error("task {task}: worker stopped unexpectedly: {detail}")]
     Worker { task: String, detail: String },
+    #[error(transparent)]
+    Params(#[from] params::ParamsError),
 }
 
 impl DumpError {
@@ -205,6 +208,7 @@ pub async fn run(
         };
         let store = crate::store::open(&task.store).await.map_err(err)?;
         store.check().await.map_err(err)?;
+        params::check_or_record(store.as_ref(), task).await?;
         let probe = format!(
             "{}.strata/probe-{}",
             task.directory.prefix(),

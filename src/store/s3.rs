@@ -132,7 +132,14 @@ impl S3Store {
             _ => None,
         };
         let code = e.code().unwrap_or_default().to_string();
-        let detail = self.scrub(DisplayErrorContext(&e).to_string());
+        // A service error's code and message say it all; the SDK's full context would add the
+        // raw response (headers, body) to every message.
+        let detail = match (&e, e.code(), e.message()) {
+            (SdkError::ServiceError(_), Some(c), Some(m)) => format!("{c}: {m}"),
+            (SdkError::ServiceError(_), Some(c), None) => c.to_string(),
+            _ => DisplayErrorContext(&e).to_string(),
+        };
+        let detail = self.scrub(detail);
         let failure = match &e {
             SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => Failure::Network,
             SdkError::ServiceError(_) => Failure::Service,
