@@ -9,6 +9,7 @@ dump`) and the services must be up (`./dev up`).
 A variant is NAME=BINARY:FORMAT, optionally followed by settings, each after a colon:
   env.KEY=VALUE        an environment variable of the strata process (e.g. MALLOC_CONF)
   kafka.KEY=VALUE      a librdkafka property, written to [kafka.properties]
+With --s3 ENDPOINT every variant dumps to that S3 server instead of a local directory.
 
   bench/ab.py --runs 5 \\
       now=target/release/strata:text \\
@@ -71,11 +72,14 @@ def measure(cmd, env=None):
     return (ru.ru_utime + ru.ru_stime, ru.ru_utime, ru.ru_stime, wall, ru.ru_maxrss // 1024)
 
 
-def strata_config(out_dir, topic, fmt, props):
+def strata_config(out_dir, topic, fmt, props, s3_endpoint=None):
     kafka_props = "".join(f'"{k}" = "{v}"\n' for k, v in props.items())
+    store = (f'url = "file://{out_dir}"\n' if not s3_endpoint else
+             f'url = "s3://strata-ab/{uuid.uuid4().hex[:12]}"\nendpoint = "{s3_endpoint}"\n'
+             'access_key = "test"\nsecret_key = "test"\ncreate_bucket = true\n')
     return (f'[kafka]\nbootstrap_servers = "{BOOT}"\n'
             + (f"\n[kafka.properties]\n{kafka_props}" if props else "")
-            + f'\n[store]\nurl = "file://{out_dir}"\n\n'
+            + f'\n[store]\n{store}\n'
             f'[[tasks]]\nname = "ab-{uuid.uuid4().hex[:12]}"\ntopics = ["{topic}"]\n'
             f'start_offset = "earliest"\nformat = "{fmt}"\ndirectory = "{fmt}"\n')
 
@@ -84,6 +88,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="rounds (default 5)")
     ap.add_argument("--topic", default=DEFAULT_TOPIC, help=f"topic to dump (default {DEFAULT_TOPIC})")
+    ap.add_argument("--s3", metavar="ENDPOINT", help="dump to this S3 endpoint (e.g. LocalStack's "
+                    "http://127.0.0.1:4566; objects are left in bucket strata-ab) instead of file://")
     ap.add_argument("variants", nargs="+", help="NAME=BINARY:FORMAT[:env.K=V][:kafka.K=V]...")
     a = ap.parse_args()
     variants = [parse_variant(v) for v in a.variants]
@@ -99,7 +105,7 @@ def main():
                 out = work / "out"
                 shutil.rmtree(out, ignore_errors=True)
                 cfg = work / "dump.toml"
-                cfg.write_text(strata_config(out, a.topic, fmt, props))
+                cfg.write_text(strata_config(out, a.topic, fmt, props, a.s3))
                 results[name].append(measure([binary, "dump", "--once", "--config", str(cfg)],
                                              {**os.environ, **env}))
     finally:

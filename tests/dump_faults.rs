@@ -210,7 +210,7 @@ async fn kill_9_scenario(archive: Archive) {
             .unwrap()
             .into_iter()
             .map(|o| o.key)
-            .filter(|k| k.contains(".strata/")),
+            .filter(|k| k.contains(".strata/seals/")),
     );
     if let Archive::Dir(d) = &archive {
         litter.extend(
@@ -863,7 +863,7 @@ async fn a_crash_between_store_and_commit_is_adopted_after_the_leftover_clean_up
     assert_eq!(assert_exactly_once(store.as_ref(), &topic, 1).await, 100);
     assert_eq!(committed_offsets(&task, &topic, 1), vec![100]);
     let left: Vec<String> = store
-        .list(".strata/")
+        .list(".strata/seals/")
         .await
         .unwrap()
         .into_iter()

@@ -277,6 +277,17 @@ pub fn record_of<M: Message>(m: &M) -> Record {
 }
 
 /// Lists and decodes every archive object under `prefix` (keys relative to the store root).
+/// The archive objects under `prefix`: strata's own records under `.strata/` (seals, task
+/// parameters) left out.
+pub async fn archive_listing(
+    store: &dyn ObjectStore,
+    prefix: &str,
+) -> Vec<strata::store::ObjectMeta> {
+    let mut all = store.list(prefix).await.expect("list archive");
+    all.retain(|m| !m.key.contains(".strata/"));
+    all
+}
+
 pub async fn read_archive(
     store: &dyn ObjectStore,
     prefix: &str,
