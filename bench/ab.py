@@ -72,10 +72,24 @@ def measure(cmd, env=None):
     return (ru.ru_utime + ru.ru_stime, ru.ru_utime, ru.ru_stime, wall, ru.ru_maxrss // 1024)
 
 
+S3_BUCKET = "strata-ab"
+
+
+def empty_bucket(endpoint):
+    """Deletes every object of S3_BUCKET (LocalStack keeps objects in memory: gigabytes per run)."""
+    py = os.environ.get("STRATA_TEST_PYTHON", "python3")
+    code = ("import boto3, sys\n"
+            f"s3 = boto3.resource('s3', endpoint_url={endpoint!r}, aws_access_key_id='test',"
+            " aws_secret_access_key='test', region_name='us-east-1')\n"
+            f"b = s3.Bucket({S3_BUCKET!r})\n"
+            "try:\n    b.objects.all().delete()\nexcept s3.meta.client.exceptions.NoSuchBucket:\n    pass\n")
+    subprocess.run([py, "-c", code], check=True)
+
+
 def strata_config(out_dir, topic, fmt, props, s3_endpoint=None):
     kafka_props = "".join(f'"{k}" = "{v}"\n' for k, v in props.items())
     store = (f'url = "file://{out_dir}"\n' if not s3_endpoint else
-             f'url = "s3://strata-ab/{uuid.uuid4().hex[:12]}"\nendpoint = "{s3_endpoint}"\n'
+             f'url = "s3://{S3_BUCKET}/{uuid.uuid4().hex[:12]}"\nendpoint = "{s3_endpoint}"\n'
              'access_key = "test"\nsecret_key = "test"\ncreate_bucket = true\n')
     return (f'[kafka]\nbootstrap_servers = "{BOOT}"\n'
             + (f"\n[kafka.properties]\n{kafka_props}" if props else "")
@@ -89,7 +103,7 @@ def main():
     ap.add_argument("--runs", type=int, default=5, help="rounds (default 5)")
     ap.add_argument("--topic", default=DEFAULT_TOPIC, help=f"topic to dump (default {DEFAULT_TOPIC})")
     ap.add_argument("--s3", metavar="ENDPOINT", help="dump to this S3 endpoint (e.g. LocalStack's "
-                    "http://127.0.0.1:4566; objects are left in bucket strata-ab) instead of file://")
+                    "http://127.0.0.1:4566; objects go to bucket strata-ab, emptied after each run) instead of file://")
     ap.add_argument("variants", nargs="+", help="NAME=BINARY:FORMAT[:env.K=V][:kafka.K=V]...")
     a = ap.parse_args()
     variants = [parse_variant(v) for v in a.variants]
@@ -108,6 +122,8 @@ def main():
                 cfg.write_text(strata_config(out, a.topic, fmt, props, a.s3))
                 results[name].append(measure([binary, "dump", "--once", "--config", str(cfg)],
                                              {**os.environ, **env}))
+                if a.s3:
+                    empty_bucket(a.s3)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     floor = statistics.median(m[0] for m in results["kcat"])

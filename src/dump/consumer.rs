@@ -18,8 +18,19 @@ pub(crate) enum AssignmentChange {
     Revoked(Vec<(String, i32)>),
 }
 
+/// What a consumer's records lag is measured against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LagOf {
+    /// The group's committed offset (dump commits each stored object): `strata_consumer_lag`.
+    Committed,
+    /// The position handed to the application (replicate keeps its positions in the target,
+    /// not in the source group): `strata_replicate_lag_records`.
+    Position,
+}
+
 pub(crate) struct DumpContext {
     task: String,
+    lag_of: LagOf,
     /// A refused login or TLS handshake, which the poll loop turns into an error.
     pub(crate) watch: crate::kafka::Watch,
     changes: Mutex<Vec<AssignmentChange>>,
@@ -30,8 +41,14 @@ pub(crate) struct DumpContext {
 impl DumpContext {
     /// A context for a consumer of `task` (its lag metrics carry the name).
     pub(crate) fn new(task: &str) -> Self {
+        Self::measuring(task, LagOf::Committed)
+    }
+
+    /// A context whose lag metric counts from `lag_of`.
+    pub(crate) fn measuring(task: &str, lag_of: LagOf) -> Self {
         Self {
             task: task.to_string(),
+            lag_of,
             watch: crate::kafka::Watch::default(),
             changes: Mutex::new(Vec::new()),
             changed: AtomicBool::new(false),
@@ -72,10 +89,21 @@ impl ClientContext for DumpContext {
     fn stats(&self, s: Statistics) {
         for (topic, t) in &s.topics {
             for (p, part) in &t.partitions {
-                if let (true, Some(lag)) = (*p >= 0, lag(part)) {
-                    metrics::gauge!("strata_consumer_lag", "task" => self.task.clone(), "topic" => topic.clone(), "partition" => p.to_string())
-                        .set(lag as f64);
-                }
+                let lag = match self.lag_of {
+                    LagOf::Committed => lag(part),
+                    LagOf::Position => {
+                        position_lag(part.ls_offset, part.hi_offset, part.app_offset)
+                    }
+                };
+                let (true, Some(lag)) = (*p >= 0, lag) else {
+                    continue;
+                };
+                let name = match self.lag_of {
+                    LagOf::Committed => "strata_consumer_lag",
+                    LagOf::Position => "strata_replicate_lag_records",
+                };
+                metrics::gauge!(name, "task" => self.task.clone(), "topic" => topic.clone(), "partition" => p.to_string())
+                    .set(lag as f64);
             }
         }
     }
@@ -91,6 +119,14 @@ fn lag(p: &rdkafka::statistics::Partition) -> Option<i64> {
     } else {
         None
     }
+}
+
+/// Records between the position handed to the application and the end a read_committed
+/// reader can reach (the last stable offset; the high watermark when there is none). `None`
+/// before the first record was handed out.
+fn position_lag(last_stable: i64, high: i64, app_offset: i64) -> Option<i64> {
+    let end = if last_stable >= 0 { last_stable } else { high };
+    (app_offset >= 0 && end >= 0).then(|| (end - app_offset).max(0))
 }
 
 impl ConsumerContext for DumpContext {
@@ -213,5 +249,22 @@ mod tests {
         }
         // A small queue keeps librdkafka's 1 MiB floor instead of starving a partition.
         assert_eq!(setting(2 << 20, "max.partition.fetch.bytes"), 1 << 20);
+    }
+
+    #[test]
+    fn position_lag_counts_to_the_last_stable_offset() {
+        assert_eq!(
+            position_lag(100, 120, 90),
+            Some(10),
+            "an open transaction's records wait"
+        );
+        assert_eq!(position_lag(-1, 120, 90), Some(30));
+        assert_eq!(position_lag(100, 100, 100), Some(0));
+        assert_eq!(position_lag(100, 100, 105), Some(0), "never negative");
+        assert_eq!(
+            position_lag(100, 100, -1001),
+            None,
+            "nothing handed out yet"
+        );
     }
 }

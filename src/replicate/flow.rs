@@ -204,7 +204,10 @@ pub(super) fn pipeline(
         cc.set(k, v);
     }
     let c: BaseConsumer<DumpContext> = cc
-        .create_with_context(DumpContext::new(&names.id()))
+        .create_with_context(DumpContext::measuring(
+            &names.id(),
+            crate::dump::consumer::LagOf::Position,
+        ))
         .map_err(client_err(&setup.source))?;
     let mut p = Pipeline {
         setup: setup.clone(),

@@ -550,7 +550,8 @@ impl Stats {
     }
 
     /// How late the target is for a partition: the age of the last record copied (0 when
-    /// nothing waits). Records behind are `strata_consumer_lag` of the flow's source group.
+    /// nothing waits). Records behind are `strata_replicate_lag_records`, from the source
+    /// consumer's statistics.
     pub fn lag_seconds(&self, tp: &Tp, seconds: f64) {
         let labels = [
             ("task", self.task.clone()),
