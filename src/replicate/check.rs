@@ -4,7 +4,7 @@
 //! starting a task.
 
 use super::naming::never_replicated;
-use super::setup::{classify, probe};
+use super::setup::classify;
 use crate::config::{Config, Direction, KafkaConfig, ReplicateTask};
 use crate::kafka::Admin;
 use std::fmt;
@@ -107,24 +107,22 @@ async fn cluster(
     if !ok {
         return;
     }
-    match probe(k) {
-        Ok(n) => line(
-            "authentication",
-            true,
-            match &k.sasl {
-                Some(s) => format!("logged in as {:?}; {n} broker(s)", s.username),
-                None => format!("no SASL ({}); {n} broker(s)", k.security_protocol.as_str()),
-            },
-        ),
-        Err(detail) => {
-            let e = classify(task.name.as_str(), alias, k, &detail);
+    let admin = match Admin::connect(k) {
+        Ok(a) => a,
+        Err(e) => {
+            let e = classify(task.name.as_str(), alias, k, e);
             return line("authentication", false, e.to_string());
         }
-    }
-    let admin = match Admin::new(k) {
-        Ok(a) => a,
-        Err(e) => return line("authorization", false, e.to_string()),
     };
+    let n = admin.broker_count().unwrap_or(0);
+    line(
+        "authentication",
+        true,
+        match &k.sasl {
+            Some(s) => format!("logged in as {:?}; {n} broker(s)", s.username),
+            None => format!("no SASL ({}); {n} broker(s)", k.security_protocol.as_str()),
+        },
+    );
     match admin.list_topics() {
         Ok(t) => {
             let matching = t

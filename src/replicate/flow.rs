@@ -753,7 +753,10 @@ impl Worker<'_> {
                     s.task.name.as_str(),
                     s.names.target.as_str(),
                     &s.target,
-                    &format!("starting the transactional producer: {e}"),
+                    KafkaError::Unreachable {
+                        servers: crate::kafka::servers(&s.target),
+                        detail: format!("starting the transactional producer: {e}"),
+                    },
                 )
             })?;
         }

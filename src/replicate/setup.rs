@@ -77,8 +77,21 @@ impl FlowSetup {
             target: target_alias.clone(),
             local_is_source: push,
         };
-        let source_admin = connect(&task, source_alias.as_str(), &source)?;
-        let target_admin = connect(&task, target_alias.as_str(), &target)?;
+        // Connecting may wait for a slow cluster: off the async threads.
+        let (source_admin, target_admin) = {
+            let (t, sa, ta) = (
+                task.clone(),
+                source_alias.to_string(),
+                target_alias.to_string(),
+            );
+            let (s, tg) = (source.clone(), target.clone());
+            tokio::task::spawn_blocking(move || Ok((connect(&t, &sa, &s)?, connect(&t, &ta, &tg)?)))
+                .await
+                .map_err(|e| {
+                    ReplicateError::Setup(format!("connecting to the clusters failed: {e}"))
+                })
+                .and_then(|r: Result<(Admin, Admin), ReplicateError>| r)?
+        };
         let positions_topic = names.positions_topic();
         topics::ensure_internal(&target_admin, &positions_topic).await?;
         let (syncs_topic, syncs_on_source) = names.offset_syncs_topic(both_ways);
@@ -237,68 +250,14 @@ pub(super) fn connect(
     alias: &str,
     k: &KafkaConfig,
 ) -> Result<Admin, ReplicateError> {
-    probe(k).map_err(|detail| classify(task.name.as_str(), alias, k, &detail))?;
-    Ok(Admin::new(k)?)
+    Admin::connect(k).map_err(|e| classify(task.name.as_str(), alias, k, e))
 }
 
-/// What librdkafka reported while a probe ran: a refused login shows here (the request itself
-/// only times out).
-#[derive(Default)]
-struct ProbeErrors(Mutex<Option<String>>);
-
-impl ClientContext for ProbeErrors {
-    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
-        let mut e = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        // A refused login says more than the broker connection failures that follow it.
-        let auth = reason.to_ascii_lowercase().contains("authentication");
-        if e.is_none() || auth {
-            *e = Some(format!("{error}: {reason}"));
-        }
-    }
-}
-
-impl ProducerContext for ProbeErrors {
-    type DeliveryOpaque = ();
-    fn delivery(&self, _: &DeliveryResult<'_>, _: ()) {}
-}
-
-/// One metadata request: the number of brokers, or why there is no answer.
-pub(super) fn probe(k: &KafkaConfig) -> Result<usize, String> {
-    // A producer client: polling it serves the error events that say why a login failed.
-    let c: rdkafka::producer::BaseProducer<ProbeErrors> = client_config(k)
-        .create_with_context(ProbeErrors::default())
-        .map_err(|e| e.to_string())?;
-    // Short attempts, so a refused login (reported between them) ends the wait at once.
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    loop {
-        let e = match c.client().fetch_metadata(None, Duration::from_secs(2)) {
-            Ok(md) => return Ok(md.brokers().len()),
-            Err(e) => e,
-        };
-        c.poll(Duration::from_millis(100));
-        let seen = c
-            .context()
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        let refused = seen
-            .as_deref()
-            .is_some_and(|s| s.to_ascii_lowercase().contains("authentication"));
-        if refused || std::time::Instant::now() >= deadline {
-            return Err(match seen {
-                Some(s) => format!("{s} ({e})"),
-                None => e.to_string(),
-            });
-        }
-    }
-}
-
-/// An error reaching a cluster, told apart: refused credentials or not reachable.
-pub(super) fn classify(task: &str, alias: &str, k: &KafkaConfig, detail: &str) -> ReplicateError {
-    let lower = detail.to_ascii_lowercase();
-    if lower.contains("authentication") || lower.contains("sasl") {
-        ReplicateError::Authentication {
+/// A cluster's failure in the terms of a task: a refused login names the alias and the user,
+/// an unreachable cluster the alias; TLS and ACL refusals keep their own messages.
+pub(super) fn classify(task: &str, alias: &str, k: &KafkaConfig, e: KafkaError) -> ReplicateError {
+    match e {
+        KafkaError::LoginRefused { detail, .. } => ReplicateError::Authentication {
             task: task.to_string(),
             alias: alias.to_string(),
             servers: servers(k),
@@ -307,15 +266,15 @@ pub(super) fn classify(task: &str, alias: &str, k: &KafkaConfig, detail: &str) -
                 .as_ref()
                 .map(|s| s.username.clone())
                 .unwrap_or_default(),
-            detail: detail.to_string(),
-        }
-    } else {
-        ReplicateError::Unreachable {
+            detail,
+        },
+        KafkaError::Unreachable { detail, .. } => ReplicateError::Unreachable {
             task: task.to_string(),
             alias: alias.to_string(),
             servers: servers(k),
-            detail: detail.to_string(),
-        }
+            detail,
+        },
+        other => ReplicateError::Kafka(other),
     }
 }
 
