@@ -62,6 +62,11 @@ def log(msg):
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
+
+def bookkeeping(key):
+    """strata's own records under `.strata/` (task parameters, seals): not archive objects."""
+    return key.startswith(".strata/") or "/.strata/" in key
+
 def die(msg):
     print(f"[bench] error: {msg}", file=sys.stderr, flush=True)
     sys.exit(1)
@@ -127,7 +132,8 @@ class FastS3:
 
     def list_and_delete(self, prefix):
         root = S3S_DATA / S3_BUCKET / prefix
-        files = [p for p in root.rglob("*") if p.is_file()] if root.exists() else []
+        files = [p for p in root.rglob("*") if p.is_file() and not bookkeeping(p.relative_to(root).as_posix())] \
+            if root.exists() else []
         n, size = len(files), sum(p.stat().st_size for p in files)
         shutil.rmtree(root, ignore_errors=True)
         return n, size
@@ -385,7 +391,8 @@ def run_strata(ds, c, tag, defaults=False):
             out_bytes += int(f.get("bytes", 0))
     m.update(records=records, objects=objects, output_bytes=out_bytes)
     if c.store == "file":
-        files = [p for p in out_dir.rglob("*") if p.is_file() and not p.name.startswith(".strata-tmp")]
+        files = [p for p in out_dir.rglob("*") if p.is_file() and not p.name.startswith(".strata-tmp")
+                 and not bookkeeping(p.relative_to(out_dir).as_posix())]
         listed, listed_bytes = len(files), sum(p.stat().st_size for p in files)
         shutil.rmtree(out_dir, ignore_errors=True)
     elif c.store == "fast":
@@ -430,9 +437,10 @@ def s3_list_and_delete(prefix):
     keys = []
     for page in _s3.get_paginator("list_objects_v2").paginate(Bucket=S3_BUCKET, Prefix=prefix + "/"):
         for o in page.get("Contents", []):
-            n += 1
-            size += o["Size"]
             keys.append(o["Key"])
+            if not bookkeeping(o["Key"]):
+                n += 1
+                size += o["Size"]
     for i in range(0, len(keys), 1000):
         _s3.delete_objects(Bucket=S3_BUCKET,
                            Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
