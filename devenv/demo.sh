@@ -196,7 +196,7 @@ for o in "${new_objects[@]}"; do
   [[ -f "$o" ]] || die "strata logged $o as stored, but there is no such file"
   is_new["$o"]=1
 done
-mapfile -t all_objects < <(find "$ARCHIVE" -type f ! -name '.strata-tmp-*' | sort)
+mapfile -t all_objects < <(find "$ARCHIVE" -type f ! -name '.strata-tmp-*' ! -path '*/.strata/*' | sort)
 shown=0
 for o in "${all_objects[@]}"; do
   if [[ -n "${is_new[$o]:-}" || ${#all_objects[@]} -le 30 ]]; then
