@@ -37,7 +37,8 @@ impl RestoreOverrides {
     fn apply(&self, raw: &mut RawConfig) -> (Vec<(String, &'static str)>, Vec<Issue>) {
         let mut set = Vec::new();
         let mut issues = Vec::new();
-        if let Err(issue) = adopt_dump_task(raw, self.task.as_deref()) {
+        let location_flag = self.source.is_some() || self.directory.is_some();
+        if let Err(issue) = adopt_dump_task(raw, self.task.as_deref(), location_flag) {
             issues.push(issue);
         }
         let r: &mut RawRestore = raw.restore.get_or_insert_with(RawRestore::default);
@@ -141,7 +142,11 @@ impl RestoreOverrides {
 /// Where a dump task put its archive and how it laid it out, copied into `[restore]`: from
 /// the task named by `--task` (its values win), or from the only dump task of a file that has
 /// one (filling what `[restore]` leaves unset), so the config that dumped also restores.
-fn adopt_dump_task(raw: &mut RawConfig, name: Option<&str>) -> Result<(), Issue> {
+fn adopt_dump_task(
+    raw: &mut RawConfig,
+    name: Option<&str>,
+    location_flag: bool,
+) -> Result<(), Issue> {
     let is_dump = |t: &&super::raw::RawTask| t.kind.as_deref().is_none_or(|k| k == "dump");
     let dumps: Vec<&super::raw::RawTask> = raw.tasks.iter().filter(is_dump).collect();
     let (task, force) = match name {
@@ -162,7 +167,10 @@ fn adopt_dump_task(raw: &mut RawConfig, name: Option<&str>) -> Result<(), Issue>
                 });
             }
         },
-        None if dumps.len() == 1 => (dumps[0], false),
+        // Only when nothing names another location: the task's layout says nothing about it.
+        None if dumps.len() == 1 && !location_flag && !restore_names_a_location(raw) => {
+            (dumps[0], false)
+        }
         None => return Ok(()),
     };
     let r = raw.restore.get_or_insert_with(RawRestore::default);
@@ -185,6 +193,13 @@ fn adopt_dump_task(raw: &mut RawConfig, name: Option<&str>) -> Result<(), Issue>
         r.store_key = task.store_key;
     }
     Ok(())
+}
+
+/// Whether `[restore]` says where to read (another place than a dump task's, maybe).
+fn restore_names_a_location(raw: &RawConfig) -> bool {
+    raw.restore
+        .as_ref()
+        .is_some_and(|r| r.bucket.is_some() || r.directory.is_some())
 }
 
 impl Config {
@@ -359,6 +374,25 @@ time_zone = "Asia/Tokyo"
             .restore
             .unwrap();
         assert_eq!(r.directory.as_str(), "somewhere-else");
+        assert!(r.time_directory.is_none());
+        // A location of its own ([restore] directory, --directory or --source): not adopted.
+        let own = format!("{file}directory = \"elsewhere\"\n");
+        let r = restore(&own, &RestoreOverrides::default())
+            .unwrap()
+            .restore
+            .unwrap();
+        assert!(r.time_directory.is_none(), "no layout from the task");
+        assert_eq!(r.time_zone, chrono_tz::Asia::Tokyo);
+        let flag = RestoreOverrides {
+            source: Some("file:///other".into()),
+            ..Default::default()
+        };
+        let r = restore(file, &flag).unwrap().restore.unwrap();
+        assert_eq!(
+            r.directory.as_str(),
+            "",
+            "the task's directory is not taken"
+        );
         assert!(r.time_directory.is_none());
     }
 

@@ -31,7 +31,7 @@ pub(crate) enum LagOf {
 pub(crate) struct DumpContext {
     task: String,
     lag_of: LagOf,
-    /// A refused login or TLS handshake, which the poll loop turns into an error.
+    /// Refusals the consumer saw: a metadata call that fails names them.
     pub(crate) watch: crate::kafka::Watch,
     changes: Mutex<Vec<AssignmentChange>>,
     /// Set with every change, so the per-poll check needs no lock.
@@ -81,6 +81,14 @@ impl ClientContext for DumpContext {
             error.rdkafka_error_code(),
             Some(rdkafka::types::RDKafkaErrorCode::PartitionEOF)
         ) {
+            return;
+        }
+        // A refusal after start (a rotated password, a broker's new certificate) is logged as
+        // such and remembered for the poll loop's start-up checks; start-up already proved the
+        // settings, so one broker's refusal later does not end a long-running task: librdkafka
+        // keeps trying and the lag metric shows the stall.
+        if self.watch.note(&error, reason) {
+            tracing::error!(task = %self.task, error = %error, reason, "kafka refused this client; check its credentials and certificates");
             return;
         }
         tracing::error!(task = %self.task, error = %error, reason, "kafka client error; librdkafka retries");

@@ -787,9 +787,6 @@ impl Poll {
     }
 
     fn tick(&mut self, c: &BaseConsumer<DumpContext>) -> Result<(), DumpError> {
-        if let Some(r) = c.context().watch.refusal() {
-            return Err(DumpError::Kafka(KafkaError::refused(&self.kafka, r)));
-        }
         self.flush_batches(c);
         for w in 0..self.writers.len() {
             self.queue_for(c, w, ToWriter::Tick);

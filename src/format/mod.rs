@@ -506,8 +506,9 @@ fn too_large(limit: u64) -> DecodeError {
     DecodeError::new(
         None,
         format!(
-            "decodes to more than {} (limits.buffer_memory, the memory a restore may use); \
-             if the object is genuine, raise limits.buffer_memory",
+            "decodes to more than {} (the larger of limits.buffer_memory and 16 times the \
+             object's size: a restore's memory for one object); if the object is genuine, raise \
+             limits.buffer_memory",
             crate::config::ByteSize(limit)
         ),
     )

@@ -274,13 +274,10 @@ pub(super) fn decode(data: Bytes, limit: u64) -> Result<Vec<Record>, DecodeError
     let builder = ParquetRecordBatchReaderBuilder::try_new(data).map_err(perr)?;
     // The footer states the uncompressed size; refuse early when it is over the limit, and
     // count what is decoded in case the footer lies.
-    let declared: i64 = builder
-        .metadata()
-        .row_groups()
-        .iter()
-        .map(|g| g.total_byte_size().max(0))
-        .sum();
-    if declared as u64 > limit {
+    let declared = builder.metadata().row_groups().iter().fold(0u64, |sum, g| {
+        sum.saturating_add(g.total_byte_size().max(0) as u64)
+    });
+    if declared > limit {
         return Err(super::too_large(limit));
     }
     let reader = builder.with_batch_size(8192).build().map_err(perr)?;

@@ -69,7 +69,9 @@ pub(super) async fn run(
                         at: None,
                         message: "unknown extension".into(),
                     })
-                    .and_then(|spec| format::decode(&spec, &name.topic, data, budget.limit()));
+                    .and_then(|spec| {
+                        format::decode(&spec, &name.topic, data, budget.decode_limit(size))
+                    });
                 match decoded {
                     Ok(records) => {
                         lease.resize(records.iter().map(format::Record::heap_bytes).sum());

@@ -30,6 +30,9 @@ pub struct Budget {
     freed: Condvar,
 }
 
+/// Expansion a genuine archive object may have when decoded, beyond the budget.
+const DECODE_RATIO: u64 = 16;
+
 /// A share of the [`Budget`], returned when dropped.
 #[derive(Debug)]
 pub struct Lease<'a> {
@@ -62,9 +65,11 @@ impl Budget {
         }
     }
 
-    /// What the budget allows: also the most one object may decode to.
-    pub fn limit(&self) -> u64 {
-        self.limit
+    /// The most an object of `size` bytes may decode to: the budget, or 16 times the object
+    /// when that is more. A genuine archive of `max_file_size` decodes (a large object is
+    /// admitted alone, as before); a few KB crafted to expand to gigabytes stops at the budget.
+    pub fn decode_limit(&self, size: u64) -> u64 {
+        self.limit.max(size.saturating_mul(DECODE_RATIO))
     }
 
     #[cfg(test)]
@@ -279,14 +284,19 @@ impl Engine {
                     obj.name.extension
                 )))
             })?;
-        let records =
-            format::decode(&spec, &obj.name.topic, data, self.budget.limit()).map_err(|e| {
-                LoadError::Corrupt(CorruptObject {
-                    location,
-                    at: e.at,
-                    detail: e.message,
-                })
-            })?;
+        let records = format::decode(
+            &spec,
+            &obj.name.topic,
+            data,
+            self.budget.decode_limit(obj.size),
+        )
+        .map_err(|e| {
+            LoadError::Corrupt(CorruptObject {
+                location,
+                at: e.at,
+                detail: e.message,
+            })
+        })?;
         lease.resize(decoded_bytes(&records));
         Ok((records, lease))
     }

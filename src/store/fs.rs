@@ -76,7 +76,8 @@ fn is_hidden(name: &str) -> bool {
 /// Creates `dir` and any missing parents, fsyncing each new level into its parent, so the path
 /// of a durable object survives a crash as well as its bytes.
 fn create_dir_durable(dir: &Path) -> io::Result<()> {
-    if dir.is_dir() {
+    // "" is the working directory (the parent of a relative root such as `file://archive`).
+    if dir.as_os_str().is_empty() || dir.is_dir() {
         return Ok(());
     }
     if let Some(parent) = dir.parent() {
@@ -408,10 +409,14 @@ fn find_temps(dir: &Path, rel: &str, prefix: &str, out: &mut Vec<Incomplete>) ->
             }
             continue;
         }
-        let object = name
-            .strip_prefix(TMP_PREFIX)
-            .and_then(|rest| rest.split_once('-').map(|(_, n)| n))
-            .or_else(|| name.strip_prefix(STAGING_PREFIX));
+        // The listing's rule: what it hides is a write in progress, nothing else.
+        let object = is_hidden(name)
+            .then(|| {
+                name.strip_prefix(TMP_PREFIX)
+                    .and_then(|rest| rest.split_once('-').map(|(_, n)| n))
+                    .or_else(|| name.strip_prefix(STAGING_PREFIX))
+            })
+            .flatten();
         if let (Some(object), true) = (object, dir_key.starts_with(prefix)) {
             out.push(Incomplete {
                 key: format!("{dir_key}{object}"),
@@ -551,6 +556,17 @@ mod tests {
             "{e}"
         );
         assert!(!e.to_string().contains("permission"), "{e}");
+    }
+
+    #[test]
+    fn a_relative_root_works() {
+        // The working directory's parent is "": nothing to create there.
+        create_dir_durable(Path::new("")).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let rel = Path::new("archive");
+        let abs = dir.path().join(rel);
+        create_dir_durable(&abs).unwrap();
+        assert!(abs.is_dir());
     }
 
     #[test]
