@@ -54,14 +54,19 @@ impl Admin {
         }
     }
 
-    /// Cluster metadata (one topic's, or all), asked in short steps so that a refused login or
-    /// handshake ends the wait at once instead of after [`ADMIN_TIMEOUT`].
+    /// Cluster metadata (one topic's, or all), asked in 1 s steps for the first 5 s (when
+    /// librdkafka reports a refused login or handshake: the wait ends then instead of after
+    /// [`ADMIN_TIMEOUT`]), then in growing steps up to 8 s, so that a large cluster's slow answer
+    /// still fits one.
     fn metadata(&self, topic: Option<&str>) -> Result<Metadata, KafkaError> {
-        let deadline = Instant::now() + ADMIN_TIMEOUT;
+        let started = Instant::now();
+        let deadline = started + ADMIN_TIMEOUT;
+        let mut next = Duration::from_secs(1);
         loop {
-            let step = deadline
-                .saturating_duration_since(Instant::now())
-                .min(Duration::from_secs(1));
+            let step = deadline.saturating_duration_since(Instant::now()).min(next);
+            if started.elapsed() >= Duration::from_secs(5) {
+                next = (next * 2).min(Duration::from_secs(8));
+            }
             // Serves the error callbacks, where librdkafka reports refusals.
             let _ = self.meta.poll(Duration::ZERO);
             match self.meta.fetch_metadata(topic, step) {
