@@ -1332,6 +1332,13 @@ async fn refused_logins_certificates_and_acls_are_clear_errors() {
     let limited_user = env("STRATA_TEST_LIMITED_USER");
     let root = tempfile::tempdir().unwrap();
     let wrong = "wrong-password-0123456789";
+    let limited_kafka = secure_kafka(
+        "sasl_ssl",
+        Some("SCRAM-SHA-512"),
+        &limited_user,
+        "ca.pem",
+        false,
+    );
     let cases: [(&str, String, &str, Vec<String>); 5] = [
         (
             "wrong password",
@@ -1360,13 +1367,7 @@ async fn refused_logins_certificates_and_acls_are_clear_errors() {
         ),
         (
             "missing ACL, dump",
-            secure_kafka(
-                "sasl_ssl",
-                Some("SCRAM-SHA-512"),
-                &limited_user,
-                "ca.pem",
-                false,
-            ),
+            limited_kafka.clone(),
             limited.as_str(),
             vec![
                 format!("does not authorize user \"{limited_user}\""),
@@ -1376,13 +1377,7 @@ async fn refused_logins_certificates_and_acls_are_clear_errors() {
         ),
         (
             "missing ACL, restore",
-            secure_kafka(
-                "sasl_ssl",
-                Some("SCRAM-SHA-512"),
-                &limited_user,
-                "ca.pem",
-                false,
-            ),
+            limited_kafka.clone(),
             limited.as_str(),
             vec![
                 format!("does not authorize user \"{limited_user}\""),

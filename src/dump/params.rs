@@ -43,51 +43,28 @@ impl Layout {
         }
     }
 
+    /// The parameters by name, as messages show them.
+    fn fields(&self) -> [(&'static str, String); 7] {
+        let show = |v: &Option<String>| v.as_ref().map_or("none".to_string(), |s| format!("{s:?}"));
+        [
+            ("format", format!("{:?}", self.format)),
+            ("compression", format!("{:?}", self.compression)),
+            ("time_directory", format!("{:?}", self.time_directory)),
+            ("time_zone", format!("{:?}", self.time_zone)),
+            ("time_source", format!("{:?}", self.time_source)),
+            ("record_delimiter", show(&self.record_delimiter)),
+            ("store_key/key_separator", show(&self.key_separator)),
+        ]
+    }
+
     /// `key: stored "a", config "b"` for every parameter that differs.
     pub fn differences(&self, config: &Layout) -> Vec<String> {
-        let show = |v: &Option<String>| v.as_ref().map_or("none".to_string(), |s| format!("{s:?}"));
-        let mut out = Vec::new();
-        let mut cmp = |key: &str, stored: String, now: String| {
-            if stored != now {
-                out.push(format!("{key}: stored {stored}, config {now}"));
-            }
-        };
-        cmp(
-            "format",
-            format!("{:?}", self.format),
-            format!("{:?}", config.format),
-        );
-        cmp(
-            "compression",
-            format!("{:?}", self.compression),
-            format!("{:?}", config.compression),
-        );
-        cmp(
-            "time_directory",
-            format!("{:?}", self.time_directory),
-            format!("{:?}", config.time_directory),
-        );
-        cmp(
-            "time_zone",
-            format!("{:?}", self.time_zone),
-            format!("{:?}", config.time_zone),
-        );
-        cmp(
-            "time_source",
-            format!("{:?}", self.time_source),
-            format!("{:?}", config.time_source),
-        );
-        cmp(
-            "record_delimiter",
-            show(&self.record_delimiter),
-            show(&config.record_delimiter),
-        );
-        cmp(
-            "store_key/key_separator",
-            show(&self.key_separator),
-            show(&config.key_separator),
-        );
-        out
+        self.fields()
+            .into_iter()
+            .zip(config.fields())
+            .filter(|((_, stored), (_, now))| stored != now)
+            .map(|((key, stored), (_, now))| format!("{key}: stored {stored}, config {now}"))
+            .collect()
     }
 }
 

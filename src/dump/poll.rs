@@ -942,13 +942,7 @@ impl Poll {
         c: &BaseConsumer<DumpContext>,
         e: rdkafka::error::KafkaError,
     ) -> DumpError {
-        DumpError::Kafka(match c.context().watch.refusal() {
-            Some(r) => KafkaError::refused(&self.kafka, r),
-            None => KafkaError::Unreachable {
-                servers: crate::kafka::servers(&self.kafka),
-                detail: e.to_string(),
-            },
-        })
+        DumpError::Kafka(c.context().watch.failure(&self.kafka, e))
     }
 
     /// `--once` must not succeed silently when there is nothing it could read.

@@ -45,13 +45,7 @@ impl Admin {
     /// The error of a failed call: the cluster's refusal when there was one, else unreachable.
     fn unreachable(&self, e: impl std::fmt::Display) -> KafkaError {
         let _ = self.meta.poll(Duration::ZERO);
-        match self.watch.refusal() {
-            Some(r) => KafkaError::refused(&self.kafka, r),
-            None => KafkaError::Unreachable {
-                servers: servers(&self.kafka),
-                detail: e.to_string(),
-            },
-        }
+        self.watch.failure(&self.kafka, e)
     }
 
     /// Cluster metadata (one topic's, or all), asked in 1 s steps for the first 5 s (when

@@ -60,6 +60,18 @@ impl Watch {
     pub fn refusal(&self) -> Option<Refusal> {
         self.first.lock().ok().and_then(|f| f.clone())
     }
+
+    /// The error of a failed call to the cluster of `k`: its refusal when there was one, else
+    /// unreachable with `detail`.
+    pub fn failure(&self, k: &KafkaConfig, detail: impl std::fmt::Display) -> KafkaError {
+        match self.refusal() {
+            Some(r) => KafkaError::refused(k, r),
+            None => KafkaError::Unreachable {
+                servers: servers(k),
+                detail: detail.to_string(),
+            },
+        }
+    }
 }
 
 impl rdkafka::client::ClientContext for Watch {
