@@ -836,6 +836,12 @@ async fn a_crash_between_store_and_commit_is_adopted_after_the_leftover_clean_up
     let seal = format!(".strata/seals/{topic}/0/{:020}/{tag}", 0);
     let body = format!(r#"{{"key":"{key}","last_offset":99,"next_offset":100,"records":100}}"#);
     store.put(&seal, body.into_bytes().into()).await.unwrap();
+    // And the seal of an object a crash kept from becoming visible (killed between the seal
+    // and the object): nothing ever finds it, so the clean-up must remove it.
+    let orphan = format!(".strata/seals/{topic}/0/{:020}/never-stored", 100);
+    let missing = key.replace(&format!("{:020}", 0), &format!("{:020}", 100));
+    let body = format!(r#"{{"key":"{missing}","last_offset":149,"next_offset":150,"records":50}}"#);
+    store.put(&orphan, body.into_bytes().into()).await.unwrap();
     {
         use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
         let c: BaseConsumer = rdkafka::ClientConfig::new()
@@ -871,7 +877,7 @@ async fn a_crash_between_store_and_commit_is_adopted_after_the_leftover_clean_up
         .collect();
     assert!(
         left.is_empty(),
-        "the adopted object's seal is removed: {left:?}"
+        "the adopted object's seal and the orphaned one are removed: {left:?}"
     );
 }
 

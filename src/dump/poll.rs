@@ -14,7 +14,7 @@ use super::writer::{self, ToWriter, WriterContext};
 use super::{DumpError, DumpOptions, Fatal, Metrics, Summary, Tp};
 use crate::config::{DumpTask, KafkaConfig, StartOffset, TopicSelector};
 use crate::kafka::{refusal, KafkaError};
-use crate::store::ObjectStore;
+use crate::store::{ErrorKind, ObjectStore};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -236,8 +236,12 @@ fn clean_up_leftovers(
                 found.push((o.key.clone(), tp, None));
                 continue;
             };
-            let Ok(object_tag) = store.tag_of(&seal.key).await else {
-                continue;
+            // No object under the seal's key: the crash came between the seal and the
+            // object, which never became visible; the seal is litter.
+            let object_tag = match store.tag_of(&seal.key).await {
+                Ok(t) => t,
+                Err(e) if e.kind == ErrorKind::NotFound => None,
+                Err(_) => continue,
             };
             let live = object_tag.as_deref() == Some(tag.as_str());
             found.push((o.key.clone(), tp, Some((seal, tag, object_tag, live))));
