@@ -89,9 +89,10 @@ struct Checkpointer<'a> {
     target: Admin,
 }
 
-/// Runs until `stop`; failures are logged and retried at the next interval (a checkpoint is
-/// an aid for consumers switching clusters, never worth stopping the copy for).
-pub(super) fn run(setup: &FlowSetup, sync: &GroupSync, stop: &AtomicBool) {
+/// Runs until `stop`, then once more when `last` is set by then; failures are logged and
+/// retried at the next interval (a checkpoint is an aid for consumers switching clusters,
+/// never worth stopping the copy for).
+pub(super) fn run(setup: &FlowSetup, sync: &GroupSync, stop: &AtomicBool, last: &AtomicBool) {
     let mut last_ok = Instant::now();
     let mut cp = None;
     let mut next_round = Instant::now() + sync.interval.min(Duration::from_secs(5));
@@ -119,6 +120,22 @@ pub(super) fn run(setup: &FlowSetup, sync: &GroupSync, stop: &AtomicBool) {
                 setup.stats.error("checkpoint");
                 tracing::warn!(task = %setup.task.name, flow = %setup.flow(), error = %e, "group offset sync failed; retrying at the next interval");
             }
+        }
+    }
+    if !last.load(Ordering::Relaxed) || setup.fatal.is_set() {
+        return;
+    }
+    let done = cp
+        .or_else(|| Checkpointer::new(setup, sync))
+        .ok_or_else(|| "clusters unreachable".to_string())
+        .and_then(|mut c| c.round());
+    match done {
+        Ok(n) => {
+            tracing::info!(task = %setup.task.name, flow = %setup.flow(), checkpoints = n, "group offsets synced through the last offset syncs")
+        }
+        Err(e) => {
+            setup.stats.error("checkpoint");
+            tracing::warn!(task = %setup.task.name, flow = %setup.flow(), error = %e, "the last group offset sync failed; a later run (or MirrorMaker 2's tools on the offset syncs) can repeat it");
         }
     }
 }
@@ -160,17 +177,10 @@ impl<'a> Checkpointer<'a> {
         })
     }
 
-    /// One sync of every group: returns how many checkpoints were written.
+    /// One sync of every group: returns how many checkpoints were written. The groups'
+    /// positions are read first and pinned, so the syncs read next that they need are kept.
     fn round(&mut self) -> Result<usize, String> {
         let (syncs_topic, _) = self.setup.names.offset_syncs_topic(self.setup.both_ways);
-        let store = &mut self.syncs;
-        if !read_to_end(&self.syncs_reader, &syncs_topic, |k, v| {
-            if let Ok(s) = OffsetSync::parse(k, v) {
-                store.add(&s);
-            }
-        }) {
-            return Err(format!("cannot read the offset syncs topic {syncs_topic}"));
-        }
         let (_, routes) = self.setup.routes();
         let groups: Vec<String> = self
             .source
@@ -187,7 +197,7 @@ impl<'a> Checkpointer<'a> {
             .into_iter()
             .map(|(g, state, members)| (g, (state, members)))
             .collect();
-        let mut written = 0;
+        let mut positions = Vec::new();
         for group in groups {
             let mut tpl = TopicPartitionList::new();
             for r in routes.iter() {
@@ -198,7 +208,29 @@ impl<'a> Checkpointer<'a> {
             if tpl.count() == 0 {
                 continue;
             }
-            let committed = committed(&self.setup.source, &group, tpl)?;
+            positions.push((group.clone(), committed(&self.setup.source, &group, tpl)?));
+        }
+        let mut pins: HashMap<(String, i32), Vec<i64>> = HashMap::new();
+        for (_, committed) in &positions {
+            for e in committed.elements() {
+                if let Offset::Offset(up) = e.offset() {
+                    pins.entry((e.topic().to_string(), e.partition()))
+                        .or_default()
+                        .push(up);
+                }
+            }
+        }
+        self.syncs.pin(pins);
+        let store = &mut self.syncs;
+        if !read_to_end(&self.syncs_reader, &syncs_topic, |k, v| {
+            if let Ok(s) = OffsetSync::parse(k, v) {
+                store.add(&s);
+            }
+        }) {
+            return Err(format!("cannot read the offset syncs topic {syncs_topic}"));
+        }
+        let mut written = 0;
+        for (group, committed) in positions {
             let mut translated = Vec::new();
             for e in committed.elements() {
                 let Offset::Offset(up) = e.offset() else {

@@ -49,23 +49,39 @@ pub(super) async fn run(
             .map_err(|e| ReplicateError::Setup(format!("cannot start a pipeline thread: {e}")))?;
         threads.push(t);
     }
+    // The checkpointer stops after the pipelines: a `--once` run that covered everything
+    // syncs the groups once more, through the last offset syncs (a migration's final step).
+    let (cp_stop, last_round) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let mut checkpointer = None;
     if let Some(sync) = setup.task.group_sync.clone() {
-        let (s, st) = (setup.clone(), flow_stop.clone());
+        let (s, st, last) = (setup.clone(), cp_stop.clone(), last_round.clone());
         let t = std::thread::Builder::new()
             .name("repl-checkpoint".into())
-            .spawn(move || checkpoint::run(&s, &sync, &st))
+            .spawn(move || checkpoint::run(&s, &sync, &st, &last))
             .map_err(|e| ReplicateError::Setup(format!("cannot start the checkpointer: {e}")))?;
-        threads.push(t);
+        checkpointer = Some(t);
     }
+    let once = setup.once.is_some();
     let result = watch(&setup, opts, &stop).await;
     flow_stop.store(true, Ordering::Relaxed);
+    let (s, covered) = (setup.clone(), result.is_ok());
     let joined = tokio::task::spawn_blocking(move || {
         for t in threads {
             let _ = t.join();
         }
+        s.flush_syncs();
+        if once && covered && !s.fatal.is_set() && !stop.load(Ordering::Relaxed) {
+            last_round.store(true, Ordering::Relaxed);
+        }
+        cp_stop.store(true, Ordering::Relaxed);
+        if let Some(t) = checkpointer {
+            let _ = t.join();
+        }
     })
     .await;
-    setup.flush_syncs();
     if let Err(e) = joined {
         return Err(ReplicateError::Setup(format!(
             "stopping the flow's threads failed: {e}"

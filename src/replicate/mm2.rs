@@ -5,7 +5,7 @@
 //! replicated). Pure; the layouts are Kafka's `Struct` encoding: big-endian integers, strings as
 //! an int16 length and UTF-8, fields in schema order, no framing.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// Why a record is not an offset sync or checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -181,41 +181,98 @@ impl Checkpoint {
     }
 }
 
-/// Syncs kept per partition: the newest, and older ones thinned out so that their upstream
-/// offsets stay spread over the partition's history (a group far behind still translates).
+/// Syncs kept per partition older than every group's position: the newest, and older ones
+/// thinned out so that their upstream offsets stay spread over the partition's history (a
+/// group far behind still translates).
 const KEPT: usize = 64;
+
+/// Syncs kept per partition at or above the slowest group's position: all of them up to this
+/// many (16 bytes each), so a group between its position and the head translates to within
+/// one sync interval; beyond it, thinned as history is, but never the sync a group needs now.
+const DENSE: usize = 1024;
 
 /// The offset syncs of a flow as read from its syncs topic, and the translation of group
 /// positions through them.
 #[derive(Debug, Default)]
 pub struct SyncStore {
-    by_partition: BTreeMap<(String, i32), VecDeque<(i64, i64)>>,
+    by_partition: BTreeMap<(String, i32), Partition>,
+}
+
+#[derive(Debug, Default)]
+struct Partition {
+    /// (upstream, downstream), upstream ascending.
+    syncs: VecDeque<(i64, i64)>,
+    /// The groups' positions on the source (sorted), as last read.
+    pins: Vec<i64>,
+}
+
+/// Drops every other sync of the older half of `q[from..]`, except those `keep` names by their
+/// upstream offset.
+fn thin(q: &mut VecDeque<(i64, i64)>, from: usize, to: usize, keep: &[i64]) {
+    let older = (to - from) / 2;
+    let mut i = 0;
+    q.retain(|(u, _)| {
+        let at = i;
+        i += 1;
+        at < from || at >= from + older || (at - from) % 2 == 0 || keep.contains(u)
+    });
+}
+
+impl Partition {
+    /// The upstream offsets of the syncs groups translate through now: the newest at or below
+    /// each group's position.
+    fn needed(&self) -> Vec<i64> {
+        let mut out: Vec<i64> = self
+            .pins
+            .iter()
+            .filter_map(|&p| self.syncs.iter().rev().find(|(u, _)| *u <= p).map(|s| s.0))
+            .collect();
+        out.dedup();
+        out
+    }
+
+    fn bound(&mut self) {
+        let floor = self.pins.first().copied().unwrap_or(i64::MAX);
+        let split = self.syncs.partition_point(|(u, _)| *u < floor);
+        if split > KEPT {
+            // The newest of history is in its newer half, which stays: the slowest group's.
+            thin(&mut self.syncs, 0, split, &[]);
+        }
+        let split = self.syncs.partition_point(|(u, _)| *u < floor);
+        if self.syncs.len() - split > DENSE {
+            let keep = self.needed();
+            let len = self.syncs.len();
+            thin(&mut self.syncs, split, len, &keep);
+        }
+    }
 }
 
 impl SyncStore {
     /// Takes a sync read from the topic (in order).
     pub fn add(&mut self, s: &OffsetSync) {
-        let q = self
+        let p = self
             .by_partition
             .entry((s.topic.clone(), s.partition))
             .or_default();
         // A sync below the newest means the source was rewound: older syncs are void.
-        if q.back().is_some_and(|(u, _)| s.upstream < *u) {
-            q.clear();
+        if p.syncs.back().is_some_and(|(u, _)| s.upstream < *u) {
+            p.syncs.clear();
         }
-        q.push_back((s.upstream, s.downstream));
-        if q.len() > KEPT {
-            // Keep the newest half as they are; drop every other one of the older half.
-            let older = q.len() / 2;
-            let mut kept: VecDeque<(i64, i64)> = q
-                .iter()
-                .take(older)
-                .enumerate()
-                .filter(|(i, _)| i % 2 == 0)
-                .map(|(_, s)| *s)
-                .collect();
-            kept.extend(q.iter().skip(older).copied());
-            *q = kept;
+        p.syncs.push_back((s.upstream, s.downstream));
+        p.bound();
+    }
+
+    /// Sets the groups' current positions on the source (replacing the earlier ones): syncs
+    /// from the slowest group of a partition on are kept densely, so translation stays within
+    /// one sync interval as the groups move on.
+    pub fn pin(&mut self, positions: HashMap<(String, i32), Vec<i64>>) {
+        for p in self.by_partition.values_mut() {
+            p.pins.clear();
+        }
+        for (tp, mut at) in positions {
+            at.sort_unstable();
+            at.dedup();
+            self.by_partition.entry(tp).or_default().pins = at;
         }
     }
 
@@ -224,7 +281,10 @@ impl SyncStore {
     /// group is past that record. `None` when no sync is old enough (the group is behind
     /// everything known).
     pub fn translate(&self, topic: &str, partition: i32, upstream: i64) -> Option<i64> {
-        let q = self.by_partition.get(&(topic.to_string(), partition))?;
+        let q = &self
+            .by_partition
+            .get(&(topic.to_string(), partition))?
+            .syncs;
         let &(u, d) = q.iter().rev().find(|(u, _)| *u <= upstream)?;
         Some(if upstream == u { d } else { d + 1 })
     }
@@ -328,7 +388,7 @@ mod tests {
                 downstream: i * 10 + 5,
             });
         }
-        let q = &st.by_partition[&("t".to_string(), 0)];
+        let q = &st.by_partition[&("t".to_string(), 0)].syncs;
         assert!(q.len() <= KEPT);
         // The newest is exact; an old position still translates (to an earlier sync).
         assert_eq!(st.translate("t", 0, 9990), Some(9995));
@@ -342,5 +402,57 @@ mod tests {
         });
         assert_eq!(st.translate("t", 0, 5000), Some(20001));
         assert_eq!(st.translate("t", 0, 2), None);
+    }
+
+    fn pins(at: &[i64]) -> HashMap<(String, i32), Vec<i64>> {
+        HashMap::from([(("t".to_string(), 0), at.to_vec())])
+    }
+
+    fn feed(st: &mut SyncStore, from: i64, to: i64, every: i64) {
+        for u in (from..to).step_by(every as usize) {
+            st.add(&OffsetSync {
+                topic: "t".into(),
+                partition: 0,
+                upstream: u,
+                downstream: u + 7,
+            });
+        }
+    }
+
+    #[test]
+    fn a_group_behind_the_head_translates_within_one_sync_interval() {
+        // Unpinned, a position halfway through 65,000 records of syncs every 100 lands on
+        // thinned history, thousands of records back (MirrorMaker 2's behaviour).
+        let mut st = SyncStore::default();
+        feed(&mut st, 0, 65_000, 100);
+        let far = 32_550 + 7 - st.translate("t", 0, 32_550).unwrap();
+        assert!(far > 1000, "{far}");
+        // Pinned before the syncs arrive, as a round reads the groups first.
+        let mut st = SyncStore::default();
+        st.pin(pins(&[32_550, 64_999, 10]));
+        feed(&mut st, 0, 65_000, 100);
+        for g in [10, 32_550, 64_999] {
+            let behind = g + 7 - st.translate("t", 0, g).unwrap();
+            assert!((0..100).contains(&behind), "group at {g}: {behind} behind");
+        }
+        // A group moving on from its pin still finds dense syncs.
+        let behind = 50_050 + 7 - st.translate("t", 0, 50_050).unwrap();
+        assert!((0..100).contains(&behind), "{behind}");
+        // Bounded: history thinned below the slowest group, the rest at most DENSE.
+        let q = &st.by_partition[&("t".to_string(), 0)].syncs;
+        assert!(q.len() <= KEPT + DENSE, "{}", q.len());
+    }
+
+    #[test]
+    fn beyond_the_dense_bound_the_syncs_groups_need_stay() {
+        let mut st = SyncStore::default();
+        st.pin(pins(&[0, 12_345, 150_001]));
+        feed(&mut st, 0, 200_000, 10);
+        let q = &st.by_partition[&("t".to_string(), 0)].syncs;
+        assert!(q.len() <= KEPT + DENSE + 3, "{}", q.len());
+        for g in [0, 12_345, 150_001, 199_995] {
+            let behind = g + 7 - st.translate("t", 0, g).unwrap();
+            assert!((0..10).contains(&behind), "group at {g}: {behind} behind");
+        }
     }
 }
