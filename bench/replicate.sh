@@ -21,6 +21,8 @@
 #        MM2_HEAP="-Xms256m -Xmx2g" (as bin/connect-mirror-maker.sh)  MM2_LOG_LEVEL=info
 #        VERIFY=1 (count the target's records after each run; 0 = only the completion check)
 #        KEEP_TOPICS=1 (leave the target and internal topics of the runs in place)
+#        TRANSLATE=1 (instead: offset-translation lag of groups at 25/50/100 % of the topic,
+#        through each contender's checkpoints; bench/mm2/translate.py; WAIT_S=125 for MM2)
 #        LATENCY_S=60 (instead: end-to-end latency at a steady RATE_MIB=20 MiB/s for that long,
 #        p50/p99 from produce to visible to a read_committed target consumer; bench/mm2/latency.py)
 # needs: ./dev up (the broker and the peer), kcat, java, mvn (resolves bench/mm2/pom.xml into
@@ -70,6 +72,10 @@ export STRATA_BIN="$BIN" MM2_LIBS
 
 PY="${STRATA_TEST_PYTHON:-}"
 [[ -x "$PY" ]] || PY=python3
+if [[ "${TRANSLATE:-0}" == 1 ]]; then
+  # Offset-translation lag instead (bench/mm2/translate.py): groups at 25/50/100 % of the topic.
+  exec "$PY" "$ROOT/bench/mm2/translate.py" "$SIZE_MIB"
+fi
 if [[ -n "${LATENCY_S:-}" ]]; then
   # Latency at a steady rate instead (bench/mm2/latency.py): RATE_MIB (20) for LATENCY_S seconds.
   exec "$PY" "$ROOT/bench/mm2/latency.py"

@@ -9,7 +9,7 @@ mod common;
 use common::clusters::*;
 use common::*;
 use rand::{Rng, SeedableRng};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -700,66 +700,130 @@ async fn a_stopped_member_resumed_after_its_partitions_moved_duplicates_nothing(
     finish_and_check(&cfg_b, &log, &local, &peer, &topic, &topic, produced).await;
 }
 
+/// Without transactions: every source record is in the target, and a partition's copy only
+/// ever goes on with the next record or repeats earlier ones (after a rewind), never skips.
+fn assert_at_least_once(source: &[Record], target: &[Record], what: &str) {
+    let (s, t) = (by_partition(source), by_partition(target));
+    for (p, src) in &s {
+        let index: HashMap<Content, usize> = src
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (content(r), i))
+            .collect();
+        assert_eq!(
+            index.len(),
+            src.len(),
+            "{what}: the test's records are distinct"
+        );
+        let mut reached = 0;
+        for (k, r) in t
+            .get(p)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            let Some(&i) = index.get(&content(r)) else {
+                panic!("{what}: partition {p}, target record {k} is not a source record");
+            };
+            assert!(
+                i <= reached,
+                "{what}: partition {p}, target record {k} skips from source record {reached} to {i}"
+            );
+            reached = reached.max(i + 1);
+        }
+        assert_eq!(
+            reached,
+            src.len(),
+            "{what}: records of partition {p} copied"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_target_cut_off_mid_stream_and_back_loses_and_duplicates_nothing() {
     let (local, peer) = (kafka_config(), peer_kafka_config());
-    let topic = unique("cut");
-    create_topic_on(&local, &topic, 2).await;
+    // One task with transactions, one without, through the same cut.
+    let topics = [unique("cut"), unique("cut-alo")];
+    for t in &topics {
+        create_topic_on(&local, t, 2).await;
+    }
     // The peer through the test's own proxy (its PROXIED listener is advertised there).
     let proxy = TcpProxy::start(
         &std::env::var("STRATA_TEST_PEER_PROXY").expect("STRATA_TEST_PEER_PROXY"),
         &std::env::var("STRATA_TEST_PEER_PROXIED").expect("STRATA_TEST_PEER_PROXIED"),
     )
     .await;
-    let toml = task_toml(
-        &unique("cut-task"),
-        "push",
-        &format!("topics = [\"{topic}\"]\n"),
-        "",
-    )
-    .replace(
-        &format!("bootstrap_servers = \"{}\"", peer_bootstrap()),
-        &format!("bootstrap_servers = \"{}\"", proxy.addr()),
-    );
     let stop = Arc::new(AtomicBool::new(false));
-    let producer = start_producer(local.clone(), topic.clone(), 2, stop.clone());
-    let run = Running::start(config_with_peer(&toml));
-    eventually(60, "records on the target", || {
-        let (p, t) = (peer.clone(), topic.clone());
-        async move {
-            tokio::task::spawn_blocking(move || {
-                strata::kafka::Admin::new(&p)
-                    .unwrap()
-                    .partition_count(&t)
-                    .unwrap()
-                    .is_some()
-                    && !read_committed(&p, &t).is_empty()
-            })
-            .await
-            .unwrap()
-        }
-    })
-    .await;
+    let mut runs = Vec::new();
+    let mut producers = Vec::new();
+    for (t, eos) in topics.iter().zip([true, false]) {
+        let toml = task_toml(
+            &unique("cut-task"),
+            "push",
+            &format!("topics = [\"{t}\"]\nexactly_once = {eos}\n"),
+            "",
+        )
+        .replace(
+            &format!("bootstrap_servers = \"{}\"", peer_bootstrap()),
+            &format!("bootstrap_servers = \"{}\"", proxy.addr()),
+        );
+        producers.push(start_producer(local.clone(), t.clone(), 2, stop.clone()));
+        runs.push(Running::start(config_with_peer(&toml)));
+    }
+    for t in &topics {
+        eventually(60, &format!("records of {t} on the target"), || {
+            let (p, t) = (peer.clone(), t.clone());
+            async move {
+                tokio::task::spawn_blocking(move || {
+                    strata::kafka::Admin::new(&p)
+                        .unwrap()
+                        .partition_count(&t)
+                        .unwrap()
+                        .is_some()
+                        && !read_committed(&p, &t).is_empty()
+                })
+                .await
+                .unwrap()
+            }
+        })
+        .await;
+    }
     proxy.cut();
     tokio::time::sleep(Duration::from_secs(10)).await;
     proxy.restore().await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     stop.store(true, Ordering::Relaxed);
-    let produced = producer.await.unwrap();
-    eventually(120, "every record on the target", || {
-        let (p, t) = (peer.clone(), topic.clone());
-        async move {
-            tokio::task::spawn_blocking(move || read_committed(&p, &t).len())
-                .await
-                .unwrap()
-                >= produced
+    for ((t, producer), run) in topics.iter().zip(producers).zip(runs) {
+        let produced = producer.await.unwrap();
+        eventually(120, "every record on the target", || {
+            let (p, t) = (peer.clone(), t.clone());
+            async move {
+                let source = {
+                    let (l, t) = (kafka_config(), t.clone());
+                    tokio::task::spawn_blocking(move || read_committed(&l, &t))
+                };
+                let copied = tokio::task::spawn_blocking(move || read_committed(&p, &t));
+                let (source, copied) = (source.await.unwrap(), copied.await.unwrap());
+                source.len() == produced
+                    && by_partition(&source).iter().all(|(p, s)| {
+                        by_partition(&copied)
+                            .get(p)
+                            .and_then(|c| c.last())
+                            .is_some_and(|l| s.last().is_some_and(|x| content(x) == content(l)))
+                    })
+            }
+        })
+        .await;
+        run.stop().await;
+        let source = read_committed(&local, t);
+        let copied = read_committed(&peer, t);
+        if t == &topics[0] {
+            assert_same_partitions(&source, &copied, "after the cut");
+        } else {
+            assert_at_least_once(&source, &copied, "after the cut, without transactions");
         }
-    })
-    .await;
-    run.stop().await;
-    let source = read_committed(&local, &topic);
-    let copied = read_committed(&peer, &topic);
-    assert_same_partitions(&source, &copied, "after the cut");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

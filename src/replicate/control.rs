@@ -3,7 +3,7 @@
 //! done (the target's positions cover every noted watermark), and stops everything in order.
 
 use super::setup::{discover, FlowSetup};
-use super::{checkpoint, flow, positions, topics, ReplicateError, ReplicateOptions};
+use super::{checkpoint, flow, off_thread, positions, topics, ReplicateError, ReplicateOptions};
 use crate::kafka::Admin;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -99,8 +99,8 @@ async fn watch(
     opts: ReplicateOptions,
     stop: &AtomicBool,
 ) -> Result<(), ReplicateError> {
-    let source = Admin::new(&setup.source)?;
-    let target = Admin::new(&setup.target)?;
+    let source = Arc::new(Admin::new(&setup.source)?);
+    let target = Arc::new(Admin::new(&setup.target)?);
     let started = Instant::now();
     let mut next_refresh = Instant::now() + setup.task.topic_refresh;
     let mut last_records = 0u64;
@@ -165,8 +165,13 @@ async fn watch(
 }
 
 /// New topics matching the task, and partitions added to known ones, reach the target.
-async fn refresh(setup: &FlowSetup, source: &Admin, target: &Admin) -> Result<(), ReplicateError> {
-    let routes = discover(&setup.task, &setup.names, source)?;
+async fn refresh(
+    setup: &Arc<FlowSetup>,
+    source: &Arc<Admin>,
+    target: &Arc<Admin>,
+) -> Result<(), ReplicateError> {
+    let (s, a) = (setup.clone(), source.clone());
+    let routes = off_thread(move || discover(&s.task, &s.names, &a)).await?;
     let (_, now) = setup.routes();
     for r in &routes {
         let known = now.iter().find(|k| k.source == r.source);

@@ -9,9 +9,11 @@
 //! back from the target after fencing, never from the source group's offsets (those are only
 //! a report for lag and `kafka-consumer-groups`).
 
+use super::landed::Landed;
 use super::naming::{crosses, SOURCE_HEADER};
 use super::positions::{self, position_key, Position};
 use super::setup::{FlowSetup, Route};
+use super::unacked::{Run, Unacked};
 use super::ReplicateError;
 use crate::dump::batch::Batch;
 use crate::dump::consumer::{AssignmentChange, DumpContext};
@@ -24,7 +26,7 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,8 +42,6 @@ const BATCH_LINGER: Duration = Duration::from_millis(5);
 /// The target's transaction timeout: a transaction left open by a crashed worker is aborted
 /// after this (or at once, when the partition's next owner fences it).
 const TXN_TIMEOUT: Duration = Duration::from_secs(60);
-/// MirrorMaker 2's `offset.lag.max`: an offset sync at least every this many records.
-const SYNC_EVERY: i64 = 100;
 /// After a failed transaction, wait this long before reading the records again.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
 /// A worker whose queue stays full this long has its partition paused; until then the
@@ -51,23 +51,30 @@ const PAUSE_BEHIND: Duration = Duration::from_secs(2);
 /// new worker this much later: by then a zombie has heard of its revocation, while a producer
 /// fenced only by a timed-out transaction resumes.
 const REFENCE_AFTER: Duration = Duration::from_secs(5);
+/// Without transactions: how often a partition's position is written while records stream
+/// (at once when nothing is in flight), and how often a busy worker looks at acknowledgements.
+const POSITION_EVERY: Duration = Duration::from_secs(1);
+const ACK_POLL: Duration = Duration::from_millis(10);
+/// How long a stopping worker without transactions waits for what is in flight.
+const DRAIN: Duration = Duration::from_secs(10);
 /// How long a worker may fail in a row before the log says the partition is stuck.
 const STUCK_AFTER: Duration = Duration::from_secs(60);
 
-/// Delivery reports of one worker's producer, for the offset syncs: where sampled source
+/// Delivery reports of one worker's producer, for the offset syncs: where source
 /// records landed, and the first failure.
 #[derive(Default)]
 struct Deliveries {
     landed: Mutex<Landed>,
     failed: Mutex<Option<String>>,
+    /// One past the source offset of the newest replicated record the target acknowledged
+    /// (0: none yet); without transactions, what the position may follow.
+    acked_next: AtomicI64,
 }
 
-/// Where records of the current transaction landed: one pair per [`SYNC_EVERY`] records, at
-/// every gap in the source offsets, and the last.
-#[derive(Default)]
-struct Landed {
-    samples: Vec<(i64, i64)>,
-    last: Option<(i64, i64)>,
+impl Deliveries {
+    fn acked(&self) -> Option<i64> {
+        Some(self.acked_next.load(Ordering::Relaxed) - 1).filter(|a| *a >= 0)
+    }
 }
 
 /// Marks records that are bookkeeping, not replicated records.
@@ -82,17 +89,12 @@ impl ProducerContext for Deliveries {
     fn delivery(&self, r: &DeliveryResult<'_>, upstream: usize) {
         match r {
             Ok(m) if upstream != BOOKKEEPING => {
-                let mut l = self.landed.lock().unwrap_or_else(|p| p.into_inner());
-                let pair = (upstream as i64, m.offset());
-                let sample = match (l.samples.last(), l.last) {
-                    (None, _) => true,
-                    (Some(s), Some(prev)) => pair.0 - s.0 >= SYNC_EVERY || pair.0 != prev.0 + 1,
-                    (Some(_), None) => true,
-                };
-                if sample {
-                    l.samples.push(pair);
-                }
-                l.last = Some(pair);
+                let (u, d) = (upstream as i64, m.offset());
+                self.landed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .add(u, d);
+                self.acked_next.fetch_max(u + 1, Ordering::Relaxed);
             }
             Ok(_) => {}
             Err((e, _)) => {
@@ -630,6 +632,7 @@ impl Gather {
     }
 }
 
+#[derive(Default)]
 struct Done {
     next: i64,
     records: u64,
@@ -683,8 +686,8 @@ impl Worker<'_> {
         pc.set("compression.type", s.task.compression.as_str())
             // With transactions, 5 ms had librdkafka's broker threads spend two thirds of a
             // 1 GiB copy's CPU polling; 20 ms cuts the copy's CPU to a third at the same latency
-            // (bench/README.md, Replicate). Without transactions runs end in rust-rdkafka's
-            // flush, which waits the linger out: keep it short there.
+            // (bench/README.md, Replicate). Without transactions records stream without a
+            // wait for acknowledgements, and the linger is what a record waits at most.
             .set("linger.ms", if s.task.exactly_once { "20" } else { "5" })
             .set("batch.size", (1 << 20).to_string())
             .set("queue.buffering.max.kbytes", (8 << 10).to_string())
@@ -779,48 +782,69 @@ impl Worker<'_> {
         let mut epoch = 0u64;
         let mut failing_since: Option<Instant> = None;
         let mut last_stuck_log: Option<Instant> = None;
+        let mut stream = (!s.task.exactly_once).then(|| Stream::new(next, written));
         loop {
-            if self.stop.load(Ordering::Relaxed) {
-                return Ok(());
-            }
-            let first = match rx.recv_timeout(Duration::from_secs(1)) {
-                Ok(m) => m,
-                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                    s.stats.lag_seconds(self.tp, 0.0);
-                    continue;
+            let busy = stream.as_ref().is_some_and(Stream::busy);
+            let got = if self.stop.load(Ordering::Relaxed) {
+                None
+            } else {
+                match rx.recv_timeout(if busy {
+                    ACK_POLL
+                } else {
+                    Duration::from_secs(1)
+                }) {
+                    Ok(m) => Some(Some(m)),
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => Some(None),
+                    Err(_) => None,
                 }
-                Err(_) => return Ok(()),
+            };
+            let Some(first) = got else {
+                // Stopping (revoked or shut down): what is in flight is waited for, so the
+                // position written last covers it.
+                if let Some(st) = stream.as_mut() {
+                    let _ = p.flush(DRAIN);
+                    let _ = self.stream(&p, st, None);
+                    let _ = p.flush(DRAIN);
+                }
+                return Ok(());
             };
             let mut g = Gather {
                 batches: Vec::new(),
                 bytes: 0,
                 reached: None,
             };
-            g.take(first, &mut epoch);
-            while g.bytes < TXN_BYTES && g.reached.is_none() {
-                match rx.try_recv() {
-                    Ok(m) => g.take(m, &mut epoch),
-                    Err(_) => break,
+            if let Some(first) = first {
+                g.take(first, &mut epoch);
+                while g.bytes < TXN_BYTES && g.reached.is_none() {
+                    match rx.try_recv() {
+                        Ok(m) => g.take(m, &mut epoch),
+                        Err(_) => break,
+                    }
                 }
+            } else if !busy {
+                s.stats.lag_seconds(self.tp, 0.0);
             }
-            // --once: the position moves past trailing markers too.
-            let up_to = g.reached.filter(|&to| to > next || !written);
-            if g.batches.is_empty() && up_to.is_none() {
-                continue;
-            }
-            match self.transaction(&p, &g.batches, next, up_to) {
+            let result = match stream.as_mut() {
+                Some(st) => {
+                    let r = self.stream(&p, st, Some(&g));
+                    next = st.settled;
+                    r
+                }
+                None => {
+                    // --once: the position moves past trailing markers too.
+                    let up_to = g.reached.filter(|&to| to > next || !written);
+                    if g.batches.is_empty() && up_to.is_none() {
+                        continue;
+                    }
+                    self.transaction(&p, &g.batches, next, up_to)
+                }
+            };
+            match result {
                 Ok(Some(done)) => {
                     failing_since = None;
                     last_stuck_log = None;
                     written = true;
-                    if done.records > 0 {
-                        s.stats.add(&self.tp.topic, done.records, done.bytes);
-                    }
-                    if let Some(ts) = done.last_timestamp {
-                        let now = chrono::Utc::now().timestamp_millis();
-                        s.stats
-                            .lag_seconds(self.tp, (now - ts).max(0) as f64 / 1000.0);
-                    }
+                    self.count(&done);
                     next = done.next;
                     let _ = self.to_pipeline.send(FromWorker::Committed {
                         tp: self.tp.clone(),
@@ -845,6 +869,9 @@ impl Worker<'_> {
                         tracing::warn!(task = %s.task.name, flow = %s.flow(), topic = %self.tp.topic, partition = self.tp.partition, %why, "copying a batch failed; it is read again from the last committed position");
                     }
                     std::thread::sleep(RETRY_PAUSE);
+                    // Batches already queued follow the failed ones: taking them would leave
+                    // a gap. Nothing is taken until the pipeline says it sought back.
+                    epoch = u64::MAX;
                     let _ = self.to_pipeline.send(FromWorker::Rewind {
                         tp: self.tp.clone(),
                         next,
@@ -854,42 +881,43 @@ impl Worker<'_> {
         }
     }
 
-    /// Produces the batches' records (those at or after `next`) and the new position, in one
-    /// transaction when exactly once is on. `up_to`: `--once`'s end, when only markers follow.
-    /// `Ok(None)`: nothing new.
-    fn transaction(
+    /// Records and lag of what became stored.
+    fn count(&self, done: &Done) {
+        let s = self.setup;
+        if done.records > 0 {
+            s.stats.add(&self.tp.topic, done.records, done.bytes);
+        }
+        if let Some(ts) = done.last_timestamp {
+            let now = chrono::Utc::now().timestamp_millis();
+            s.stats
+                .lag_seconds(self.tp, (now - ts).max(0) as f64 / 1000.0);
+        }
+    }
+
+    /// Sends the batches' records at or after `next` to the target (filtering what came from
+    /// it, adding the source header).
+    fn send_run(
         &self,
         p: &ThreadedProducer<Deliveries>,
         batches: &[Batch],
         next: i64,
-        up_to: Option<i64>,
-    ) -> Result<Option<Done>, Failure> {
+    ) -> Result<Sent, rdkafka::error::KafkaError> {
         let s = self.setup;
-        let eos = s.task.exactly_once;
-        let abort = |f: Failure| {
-            if eos {
-                let _ = p.abort_transaction(TXN_TIMEOUT);
-            } else {
-                p.purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
-            }
-            f
+        let mut out = Sent {
+            last: next - 1,
+            last_sent: None,
+            records: 0,
+            bytes: 0,
+            last_timestamp: None,
         };
-        if eos {
-            p.begin_transaction().map_err(failure)?;
-        }
-        *p.context().failed.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        *p.context().landed.lock().unwrap_or_else(|e| e.into_inner()) = Landed::default();
-        let mut last = next - 1;
-        let (mut records, mut bytes) = (0u64, 0u64);
-        let mut last_timestamp = None;
         let header = s.task.source_header;
         let source_alias = s.names.source.as_str().as_bytes();
-        let sent = batches.iter().try_for_each(|b| {
+        batches.iter().try_for_each(|b| {
             b.try_for_each(self.tp.partition, |r| {
                 if r.offset < next {
                     return Ok(());
                 }
-                last = r.offset;
+                out.last = r.offset;
                 let from = r
                     .headers
                     .iter()
@@ -923,79 +951,199 @@ impl Worker<'_> {
                 }
                 if let Some(ts) = r.timestamp {
                     rec = rec.timestamp(ts);
-                    last_timestamp = Some(ts);
+                    out.last_timestamp = Some(ts);
                 }
-                records += 1;
-                bytes += (r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len)) as u64;
+                out.records += 1;
+                out.bytes += (r.key.map_or(0, <[u8]>::len) + r.value.map_or(0, <[u8]>::len)) as u64;
+                out.last_sent = Some(r.offset);
                 send(p, rec)
             })
-        });
-        if let Err(e) = sent {
-            return Err(abort(failure(e)));
-        }
-        let new_next = match up_to {
-            Some(to) => to.max(last + 1),
-            None => last + 1,
-        };
-        if new_next < next || (new_next == next && up_to.is_none()) {
-            if eos {
-                let _ = p.abort_transaction(TXN_TIMEOUT);
-            }
-            return Ok(None);
-        }
-        if !eos {
-            // Without a transaction the position may only follow records already stored: it
-            // lives in another partition, which could take it while a record of this run fails.
-            if let Err(e) = p.flush(TXN_TIMEOUT) {
-                return Err(abort(failure(e)));
-            }
-            if let Some(why) = take_failure(p) {
-                return Err(Failure::Retry(why));
-            }
-        }
+        })?;
+        Ok(out)
+    }
+
+    /// Queues the partition's position record.
+    fn send_position(
+        &self,
+        p: &ThreadedProducer<Deliveries>,
+        next: i64,
+    ) -> Result<(), rdkafka::error::KafkaError> {
         let key = position_key(&self.tp.topic, self.tp.partition);
-        let value = Position { next: new_next }.to_json();
-        let positions_topic = s.names.positions_topic();
+        let value = Position { next }.to_json();
+        let positions_topic = self.setup.names.positions_topic();
         let rec = BaseRecord::with_opaque_to(&positions_topic, BOOKKEEPING)
             .partition(0)
             .key(key.as_bytes())
             .payload(&value[..]);
-        if let Err(e) = send(p, rec) {
-            return Err(abort(failure(e)));
-        }
-        let done = if eos {
-            p.commit_transaction(TXN_TIMEOUT)
-        } else {
-            p.flush(TXN_TIMEOUT)
-        };
-        if let Err(e) = done {
-            return Err(abort(failure(e)));
-        }
-        if let Some(why) = take_failure(p) {
-            // A committed transaction has every record; without transactions a failed
-            // delivery (of the position, now) means reading the run again (at least once).
-            if !eos {
-                return Err(Failure::Retry(why));
-            }
-        }
-        // Where the sampled records landed: MirrorMaker 2's offset syncs.
-        let landed =
-            std::mem::take(&mut *p.context().landed.lock().unwrap_or_else(|e| e.into_inner()));
-        let mut syncs = landed.samples;
-        if let Some(l) = landed.last {
-            if syncs.last() != Some(&l) {
-                syncs.push(l);
-            }
-        }
+        send(p, rec)
+    }
+
+    /// MirrorMaker 2's offset syncs for where the records delivered since the last call landed.
+    fn write_syncs(&self, p: &ThreadedProducer<Deliveries>) {
+        let syncs =
+            std::mem::take(&mut *p.context().landed.lock().unwrap_or_else(|e| e.into_inner()))
+                .syncs();
         for (upstream, downstream) in syncs {
-            s.offset_sync(&self.tp.topic, self.tp.partition, upstream, downstream);
+            self.setup
+                .offset_sync(&self.tp.topic, self.tp.partition, upstream, downstream);
         }
+    }
+
+    /// Produces the batches' records (those at or after `next`) and the new position in one
+    /// transaction. `up_to`: `--once`'s end, when only markers follow. `Ok(None)`: nothing new.
+    fn transaction(
+        &self,
+        p: &ThreadedProducer<Deliveries>,
+        batches: &[Batch],
+        next: i64,
+        up_to: Option<i64>,
+    ) -> Result<Option<Done>, Failure> {
+        let abort = |f: Failure| {
+            let _ = p.abort_transaction(TXN_TIMEOUT);
+            f
+        };
+        p.begin_transaction().map_err(failure)?;
+        *p.context().failed.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *p.context().landed.lock().unwrap_or_else(|e| e.into_inner()) = Landed::default();
+        let sent = self
+            .send_run(p, batches, next)
+            .map_err(|e| abort(failure(e)))?;
+        let new_next = match up_to {
+            Some(to) => to.max(sent.last + 1),
+            None => sent.last + 1,
+        };
+        if new_next < next || (new_next == next && up_to.is_none()) {
+            let _ = p.abort_transaction(TXN_TIMEOUT);
+            return Ok(None);
+        }
+        self.send_position(p, new_next)
+            .map_err(|e| abort(failure(e)))?;
+        p.commit_transaction(TXN_TIMEOUT)
+            .map_err(|e| abort(failure(e)))?;
+        // A committed transaction has every record.
+        let _ = take_failure(p);
+        self.write_syncs(p);
         Ok(Some(Done {
             next: new_next,
-            records,
-            bytes,
-            last_timestamp,
+            records: sent.records,
+            bytes: sent.bytes,
+            last_timestamp: sent.last_timestamp,
         }))
+    }
+
+    /// Without transactions: sends what was gathered (if anything) without waiting, settles
+    /// the runs the target acknowledged, and writes the position when it moved and a second
+    /// passed or nothing is in flight. `Ok(Some)`: a position was written. A failed delivery
+    /// drops what is in flight; the caller rewinds to the settled position (at least once).
+    fn stream(
+        &self,
+        p: &ThreadedProducer<Deliveries>,
+        st: &mut Stream,
+        g: Option<&Gather>,
+    ) -> Result<Option<Done>, Failure> {
+        let fail = |st: &mut Stream, f: Failure| {
+            p.purge(rdkafka::producer::PurgeConfig::default().queue().inflight());
+            // Purged records report failures too: they belong to the runs dropped here.
+            let _ = p.flush(Duration::from_secs(1));
+            let _ = take_failure(p);
+            st.unacked.clear();
+            st.sent_next = st.settled;
+            f
+        };
+        if let Some(why) = take_failure(p) {
+            return Err(fail(st, Failure::Retry(why)));
+        }
+        if let Some(g) = g {
+            // --once: the position moves past trailing markers too.
+            let up_to = g
+                .reached
+                .filter(|&to| to > st.sent_next || st.written.is_none());
+            if !g.batches.is_empty() || up_to.is_some() {
+                let sent = match self.send_run(p, &g.batches, st.sent_next) {
+                    Ok(sent) => sent,
+                    Err(e) => return Err(fail(st, failure(e))),
+                };
+                let new_next = match up_to {
+                    Some(to) => to.max(sent.last + 1),
+                    None => sent.last + 1,
+                };
+                if new_next > st.sent_next || up_to.is_some() {
+                    st.sent_next = new_next.max(st.sent_next);
+                    st.unacked.push(Run {
+                        last_sent: sent.last_sent,
+                        next: st.sent_next,
+                        records: sent.records,
+                        bytes: sent.bytes,
+                        last_timestamp: sent.last_timestamp,
+                    });
+                }
+            }
+        }
+        if let Some(done) = st.unacked.settle(p.context().acked()) {
+            st.settled = done.next;
+            st.pending.records += done.records;
+            st.pending.bytes += done.bytes;
+            st.pending.last_timestamp = done.last_timestamp.or(st.pending.last_timestamp);
+        }
+        let moved = st.written != Some(st.settled);
+        if !moved || (!st.unacked.is_empty() && st.written_at.elapsed() < POSITION_EVERY) {
+            return Ok(None);
+        }
+        if let Err(e) = self.send_position(p, st.settled) {
+            return Err(fail(st, failure(e)));
+        }
+        st.written = Some(st.settled);
+        st.written_at = Instant::now();
+        self.write_syncs(p);
+        let pending = std::mem::take(&mut st.pending);
+        Ok(Some(Done {
+            next: st.settled,
+            records: pending.records,
+            bytes: pending.bytes,
+            last_timestamp: pending.last_timestamp,
+        }))
+    }
+}
+
+/// What [`Worker::send_run`] sent.
+struct Sent {
+    /// The last source offset looked at (sent or filtered).
+    last: i64,
+    last_sent: Option<i64>,
+    records: u64,
+    bytes: u64,
+    last_timestamp: Option<i64>,
+}
+
+/// A worker's state without transactions.
+struct Stream {
+    unacked: Unacked,
+    /// Where the next run starts (past what is in flight).
+    sent_next: i64,
+    /// Every record before it is acknowledged by the target.
+    settled: i64,
+    /// The position last written (`None`: the target holds none yet).
+    written: Option<i64>,
+    written_at: Instant,
+    /// What settled since the last position was written (for the metrics).
+    pending: Done,
+}
+
+impl Stream {
+    fn new(next: i64, stored: bool) -> Self {
+        Self {
+            unacked: Unacked::default(),
+            sent_next: next,
+            settled: next,
+            written: stored.then_some(next),
+            written_at: Instant::now(),
+            pending: Done::default(),
+        }
+    }
+
+    /// Records in flight, or a position not written yet.
+    fn busy(&self) -> bool {
+        !self.unacked.is_empty() || self.written != Some(self.settled)
     }
 }
 

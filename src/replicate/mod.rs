@@ -10,11 +10,13 @@ mod check;
 mod checkpoint;
 mod control;
 mod flow;
+mod landed;
 pub mod mm2;
 mod naming;
 mod positions;
 mod setup;
 mod topics;
+mod unacked;
 
 pub use check::{check, CheckReport};
 pub use naming::{is_cycle, never_replicated, target_topic, FlowNames, SOURCE_HEADER};
@@ -169,4 +171,19 @@ pub async fn run(
         return Err(e);
     }
     Ok(flows.iter().map(|s| s.summary()).collect())
+}
+
+/// Runs a call that waits on a cluster (metadata, a topic read) on a blocking thread: the
+/// async threads carry other tasks' I/O meanwhile.
+pub(crate) async fn off_thread<T, E>(
+    f: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, ReplicateError>
+where
+    T: Send + 'static,
+    E: Into<ReplicateError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ReplicateError::Setup(format!("a call to a cluster failed to finish: {e}")))?
+        .map_err(Into::into)
 }

@@ -6,7 +6,7 @@
 use super::mm2::OffsetSync;
 use super::naming::{is_cycle, never_replicated, target_topic, FlowNames};
 use super::positions::{self, PARAMS_KEY};
-use super::{topics, ReplicateError, ReplicateOptions, Summary};
+use super::{off_thread, topics, ReplicateError, ReplicateOptions, Summary};
 use crate::config::{KafkaConfig, ReplicateTask, StartOffset, TargetNaming, TopicSelector};
 use crate::dump::{Fatal, Tp};
 use crate::kafka::Reader;
@@ -77,7 +77,7 @@ impl FlowSetup {
             target: target_alias.clone(),
             local_is_source: push,
         };
-        // Connecting may wait for a slow cluster: off the async threads.
+        // Connecting and metadata may wait for a slow cluster: off the async threads.
         let (source_admin, target_admin) = {
             let (t, sa, ta) = (
                 task.clone(),
@@ -85,12 +85,13 @@ impl FlowSetup {
                 target_alias.to_string(),
             );
             let (s, tg) = (source.clone(), target.clone());
-            tokio::task::spawn_blocking(move || Ok((connect(&t, &sa, &s)?, connect(&t, &ta, &tg)?)))
-                .await
-                .map_err(|e| {
-                    ReplicateError::Setup(format!("connecting to the clusters failed: {e}"))
-                })
-                .and_then(|r: Result<(Admin, Admin), ReplicateError>| r)?
+            off_thread(move || {
+                Ok::<_, ReplicateError>((
+                    Arc::new(connect(&t, &sa, &s)?),
+                    Arc::new(connect(&t, &ta, &tg)?),
+                ))
+            })
+            .await?
         };
         let positions_topic = names.positions_topic();
         topics::ensure_internal(&target_admin, &positions_topic).await?;
@@ -105,8 +106,20 @@ impl FlowSetup {
         if task.group_sync.is_some() {
             topics::ensure_internal(&target_admin, &names.checkpoints_topic()).await?;
         }
-        check_params(&task, &names, &target, &positions_topic)?;
-        let routes = discover(&task, &names, &source_admin)?;
+        let routes = {
+            let (t, n, tg, pt, a) = (
+                task.clone(),
+                names.clone(),
+                target.clone(),
+                positions_topic.clone(),
+                source_admin.clone(),
+            );
+            off_thread(move || {
+                check_params(&t, &n, &tg, &pt)?;
+                discover(&t, &n, &a)
+            })
+            .await?
+        };
         if routes.is_empty() && opts.once {
             return Err(ReplicateError::NoTopics {
                 task: task.name.to_string(),
@@ -126,14 +139,20 @@ impl FlowSetup {
             .await?;
         }
         let once = if opts.once {
-            let mut t = BTreeMap::new();
-            for r in &routes {
-                for p in 0..r.partitions {
-                    let (_, high) = source_admin.watermarks(&r.source, p)?;
-                    t.insert((r.source.clone(), p), high);
-                }
-            }
-            Some(t)
+            let (a, rs) = (source_admin.clone(), routes.clone());
+            Some(
+                off_thread(move || {
+                    let mut t = BTreeMap::new();
+                    for r in &rs {
+                        for p in 0..r.partitions {
+                            let (_, high) = a.watermarks(&r.source, p)?;
+                            t.insert((r.source.clone(), p), high);
+                        }
+                    }
+                    Ok::<_, ReplicateError>(t)
+                })
+                .await?,
+            )
         } else {
             None
         };
@@ -448,8 +467,11 @@ struct OffsetSyncs {
 
 impl OffsetSyncs {
     fn new(k: &KafkaConfig, topic: String, task: &str, flow: &str) -> Result<Self, ReplicateError> {
+        // Idempotent: a retried batch must not land after later syncs (a sync below the newest
+        // reads as a rewind of the source and voids the history before it).
         let producer = client_config(k)
             .set("acks", "all")
+            .set("enable.idempotence", "true")
             .set("linger.ms", "20")
             .create_with_context(SyncReports {
                 task: task.to_string(),

@@ -2,8 +2,9 @@
 //! replica count and the source's retention-related settings; grown when the source grows;
 //! checked to accept the batches a replica needs. Plus the flow's bookkeeping topics.
 
-use super::ReplicateError;
+use super::{off_thread, ReplicateError};
 use crate::kafka::Admin;
+use std::sync::Arc;
 
 /// Topic settings copied from a source topic to a new target topic (when the source sets them).
 /// Not `message.timestamp.type`: the target keeps the timestamps the records carry.
@@ -47,14 +48,15 @@ pub fn batch_problem(topic: &str, max_message_bytes: Option<&str>) -> Option<Str
 /// Makes sure `target` exists with at least the source topic's partitions and takes the
 /// batches. `partitions` is the source's count.
 pub async fn ensure_target(
-    source: &Admin,
-    target: &Admin,
+    source: &Arc<Admin>,
+    target: &Arc<Admin>,
     source_topic: &str,
     target_topic: &str,
     partitions: i32,
     replication: Option<i32>,
 ) -> Result<(), ReplicateError> {
-    match target.partition_count(target_topic)? {
+    let (t, name) = (target.clone(), target_topic.to_string());
+    match off_thread(move || t.partition_count(&name)).await? {
         Some(n) if n < partitions => {
             tracing::info!(topic = %target_topic, from = n, to = partitions, "the source topic grew: adding partitions to the target topic");
             target
@@ -64,7 +66,8 @@ pub async fn ensure_target(
         Some(_) => {}
         None => {
             if let Some(rf) = replication {
-                let brokers = target.broker_count()?;
+                let t = target.clone();
+                let brokers = off_thread(move || t.broker_count()).await?;
                 if rf as usize > brokers {
                     return Err(ReplicateError::Replicas {
                         topic: target_topic.to_string(),
@@ -95,8 +98,9 @@ pub async fn ensure_target(
 }
 
 /// A single-partition compacted bookkeeping topic (MirrorMaker 2's layout for its own).
-pub async fn ensure_internal(admin: &Admin, topic: &str) -> Result<(), ReplicateError> {
-    if admin.partition_count(topic)?.is_some() {
+pub async fn ensure_internal(admin: &Arc<Admin>, topic: &str) -> Result<(), ReplicateError> {
+    let (a, name) = (admin.clone(), topic.to_string());
+    if off_thread(move || a.partition_count(&name)).await?.is_some() {
         return Ok(());
     }
     admin
