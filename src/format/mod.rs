@@ -4,6 +4,7 @@
 //! Encoders take borrowed records one at a time and report the memory they hold (dump's buffer
 //! budget counts it); decoders turn a whole object back into owned records.
 
+pub mod cdc;
 mod jsonl;
 mod parquet;
 mod sink;

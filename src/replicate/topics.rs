@@ -100,7 +100,10 @@ pub async fn ensure_target(
 /// A single-partition compacted bookkeeping topic (MirrorMaker 2's layout for its own).
 pub async fn ensure_internal(admin: &Arc<Admin>, topic: &str) -> Result<(), ReplicateError> {
     let (a, name) = (admin.clone(), topic.to_string());
-    if off_thread(move || a.partition_count(&name)).await?.is_some() {
+    if off_thread(move || a.partition_count(&name))
+        .await?
+        .is_some()
+    {
         return Ok(());
     }
     admin

@@ -1,0 +1,590 @@
+//! Change-data-capture messages (`../shared/spec/cdc-format.md`): a Kafka value that is a JSON
+//! array of row changes, parsed into typed [`Change`]s, the directory level of each source
+//! table, declared column types and their conversion, and the window of recent `GLOBAL_ID`s
+//! that tells repeats apart. Pure functions and state only: the CDC table writer builds on it.
+
+use chrono::{NaiveDate, NaiveDateTime, TimeZone};
+use chrono_tz::Tz;
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::fmt;
+
+/// Why a message is not CDC (it goes to `_errors/` or fails the task, as configured).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Malformed {
+    #[error("the value is not JSON ({0})")]
+    NotJson(String),
+    #[error("the value is JSON but not an array of changes")]
+    NotArray,
+    #[error("the value is an empty array (a CDC message holds at least one change)")]
+    Empty,
+    #[error("change {index} is not a JSON object")]
+    NotObject { index: usize },
+    #[error("change {index} has no {field} (or it is not a string)")]
+    Missing { index: usize, field: &'static str },
+    #[error("change {index} has TYPE {found:?}; expected \"I\", \"U\" or \"D\"")]
+    BadType { index: usize, found: String },
+}
+
+/// What a change did to its row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeType {
+    Insert,
+    Update,
+    Delete,
+}
+
+impl ChangeType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Insert => "I",
+            Self::Update => "U",
+            Self::Delete => "D",
+        }
+    }
+}
+
+/// One row change of a message. Column values are kept as the source's text (`None`: JSON
+/// null); a number or nested value the source sent unquoted is kept as its JSON text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// Its place in the message's array.
+    pub index: usize,
+    pub time_raw: Option<String>,
+    /// `TIME` read as `yyyyMMddHHmmss` in the configured zone, in ms since the epoch.
+    pub time_ms: Option<i64>,
+    pub global_id: Option<String>,
+    pub database: Option<String>,
+    pub schema: Option<String>,
+    pub table: String,
+    pub kind: ChangeType,
+    pub logical_clock_raw: Option<String>,
+    pub logical_clock: Option<i64>,
+    pub old_values: Option<BTreeMap<String, Option<String>>>,
+    pub new_values: Option<BTreeMap<String, Option<String>>>,
+}
+
+fn text(v: &serde_json::Value) -> Option<String> {
+    match v {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    }
+}
+
+fn values(v: Option<&serde_json::Value>) -> Option<BTreeMap<String, Option<String>>> {
+    let obj = v?.as_object()?;
+    Some(obj.iter().map(|(k, v)| (k.clone(), text(v))).collect())
+}
+
+/// `TIME` as the service writes it, `yyyyMMddHHmmss`, in `tz`.
+pub fn parse_time(raw: &str, tz: Tz) -> Option<i64> {
+    let t = NaiveDateTime::parse_from_str(raw, "%Y%m%d%H%M%S").ok()?;
+    tz.from_local_datetime(&t)
+        .earliest()
+        .map(|t| t.timestamp_millis())
+}
+
+/// Parses a message value into its changes, in array order.
+pub fn parse_message(value: &[u8], tz: Tz) -> Result<Vec<Change>, Malformed> {
+    let v: serde_json::Value =
+        serde_json::from_slice(value).map_err(|e| Malformed::NotJson(e.to_string()))?;
+    let serde_json::Value::Array(items) = v else {
+        return Err(Malformed::NotArray);
+    };
+    if items.is_empty() {
+        return Err(Malformed::Empty);
+    }
+    items
+        .iter()
+        .enumerate()
+        .map(|(index, item)| {
+            let obj = item.as_object().ok_or(Malformed::NotObject { index })?;
+            let field = |name: &str| obj.get(name).and_then(text);
+            let table = obj
+                .get("TABLE")
+                .and_then(|t| t.as_str())
+                .filter(|t| !t.is_empty())
+                .ok_or(Malformed::Missing {
+                    index,
+                    field: "TABLE",
+                })?
+                .to_string();
+            let kind = match obj.get("TYPE").and_then(|t| t.as_str()) {
+                Some("I") => ChangeType::Insert,
+                Some("U") => ChangeType::Update,
+                Some("D") => ChangeType::Delete,
+                Some(other) => {
+                    return Err(Malformed::BadType {
+                        index,
+                        found: other.to_string(),
+                    })
+                }
+                None => {
+                    return Err(Malformed::Missing {
+                        index,
+                        field: "TYPE",
+                    })
+                }
+            };
+            let time_raw = field("TIME");
+            let logical_clock_raw = field("LOGICAL_CLOCK");
+            Ok(Change {
+                index,
+                time_ms: time_raw.as_deref().and_then(|t| parse_time(t, tz)),
+                time_raw,
+                global_id: field("GLOBAL_ID"),
+                database: field("DATABASE"),
+                schema: field("SCHEMA"),
+                table,
+                kind,
+                logical_clock: logical_clock_raw.as_deref().and_then(|c| c.parse().ok()),
+                logical_clock_raw,
+                old_values: values(obj.get("OLD_VALUES")),
+                new_values: values(obj.get("NEW_VALUES")),
+            })
+        })
+        .collect()
+}
+
+/// The directory level of a source table: `DATABASE.SCHEMA.TABLE` (`DATABASE.TABLE` without a
+/// schema). Bytes other than letters, digits, `-` and `_` are written `%XX`, so the dots stay
+/// the only separators and every name maps to one level that any store accepts.
+pub fn table_dir(database: Option<&str>, schema: Option<&str>, table: &str) -> String {
+    fn escape(s: &str, out: &mut String) {
+        for b in s.bytes() {
+            if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' {
+                out.push(b as char);
+            } else {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+    }
+    let mut out = String::new();
+    for part in [database, schema].into_iter().flatten() {
+        escape(part, &mut out);
+        out.push('.');
+    }
+    escape(table, &mut out);
+    out
+}
+
+/// A column type the config may declare for a table's column (strings by default).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnType {
+    Int,
+    BigInt,
+    Double,
+    Decimal { precision: u8, scale: u8 },
+    Bool,
+    Date,
+    Timestamp,
+    String,
+}
+
+impl fmt::Display for ColumnType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Int => f.write_str("int"),
+            Self::BigInt => f.write_str("bigint"),
+            Self::Double => f.write_str("double"),
+            Self::Decimal { precision, scale } => write!(f, "decimal({precision},{scale})"),
+            Self::Bool => f.write_str("bool"),
+            Self::Date => f.write_str("date"),
+            Self::Timestamp => f.write_str("timestamp"),
+            Self::String => f.write_str("string"),
+        }
+    }
+}
+
+impl std::str::FromStr for ColumnType {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let t = s.trim().to_ascii_lowercase();
+        Ok(match t.as_str() {
+            "int" => Self::Int,
+            "bigint" => Self::BigInt,
+            "double" => Self::Double,
+            "bool" => Self::Bool,
+            "date" => Self::Date,
+            "timestamp" => Self::Timestamp,
+            "string" => Self::String,
+            _ => {
+                let inner = t
+                    .strip_prefix("decimal(")
+                    .and_then(|r| r.strip_suffix(')'))
+                    .ok_or_else(|| format!("unknown column type {s:?}; use int, bigint, double, decimal(p,s), bool, date, timestamp or string"))?;
+                let (p, sc) = inner
+                    .split_once(',')
+                    .ok_or_else(|| format!("{s:?}: write decimal(precision,scale)"))?;
+                let precision: u8 = p
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("{s:?}: the precision is not a number"))?;
+                let scale: u8 = sc
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("{s:?}: the scale is not a number"))?;
+                if precision == 0 || precision > 38 || scale > precision {
+                    return Err(format!(
+                        "{s:?}: precision must be 1 to 38 and scale at most the precision"
+                    ));
+                }
+                Self::Decimal { precision, scale }
+            }
+        })
+    }
+}
+
+/// A column value converted to its declared type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Typed {
+    Int(i32),
+    BigInt(i64),
+    Double(f64),
+    /// The unscaled value (`12.30` as decimal(5,2) is 1230).
+    Decimal(i128),
+    Bool(bool),
+    /// Days since 1970-01-01.
+    Date(i32),
+    /// Microseconds since the epoch (a value without an offset is read in the configured zone).
+    Timestamp(i64),
+    String(String),
+}
+
+/// Converts the source's text to `ty`; the error says why, for the row's error column.
+pub fn convert(raw: &str, ty: ColumnType, tz: Tz) -> Result<Typed, String> {
+    let s = raw.trim();
+    let bad = || format!("{raw:?} is not a {ty}");
+    Ok(match ty {
+        ColumnType::String => Typed::String(raw.to_string()),
+        ColumnType::Int => Typed::Int(s.parse().map_err(|_| bad())?),
+        ColumnType::BigInt => Typed::BigInt(s.parse().map_err(|_| bad())?),
+        ColumnType::Double => {
+            let v: f64 = s.parse().map_err(|_| bad())?;
+            Typed::Double(v)
+        }
+        ColumnType::Bool => Typed::Bool(match s.to_ascii_lowercase().as_str() {
+            "true" | "t" | "1" | "yes" | "y" => true,
+            "false" | "f" | "0" | "no" | "n" => false,
+            _ => return Err(bad()),
+        }),
+        ColumnType::Date => {
+            let d = NaiveDate::parse_from_str(s, "%Y-%m-%d").map_err(|_| bad())?;
+            let epoch = NaiveDate::from_ymd_opt(1970, 1, 1).ok_or_else(bad)?;
+            Typed::Date(i32::try_from((d - epoch).num_days()).map_err(|_| bad())?)
+        }
+        ColumnType::Timestamp => {
+            if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+                Typed::Timestamp(t.timestamp_micros())
+            } else {
+                let t = [
+                    "%Y-%m-%d %H:%M:%S%.f",
+                    "%Y-%m-%dT%H:%M:%S%.f",
+                    "%Y%m%d%H%M%S",
+                ]
+                .iter()
+                .find_map(|f| NaiveDateTime::parse_from_str(s, f).ok())
+                .ok_or_else(bad)?;
+                let t = tz.from_local_datetime(&t).earliest().ok_or_else(bad)?;
+                Typed::Timestamp(t.timestamp_micros())
+            }
+        }
+        ColumnType::Decimal { precision, scale } => {
+            Typed::Decimal(decimal(s, precision, scale).ok_or_else(bad)?)
+        }
+    })
+}
+
+/// `s` as an unscaled decimal of `precision` digits with `scale` after the point; `None` when
+/// it is not a decimal, has more fraction digits than `scale` (nothing is rounded away) or
+/// does not fit.
+fn decimal(s: &str, precision: u8, scale: u8) -> Option<i128> {
+    let (neg, digits) = match s.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    if int.is_empty() && frac.is_empty()
+        || !int.bytes().all(|b| b.is_ascii_digit())
+        || !frac.bytes().all(|b| b.is_ascii_digit())
+        || frac.len() > scale as usize
+    {
+        return None;
+    }
+    let int = int.trim_start_matches('0');
+    if int.len() + scale as usize > precision as usize {
+        return None;
+    }
+    let mut v: i128 = 0;
+    for b in int.bytes().chain(frac.bytes()) {
+        v = v.checked_mul(10)?.checked_add(i128::from(b - b'0'))?;
+    }
+    for _ in frac.len()..scale as usize {
+        v = v.checked_mul(10)?;
+    }
+    Some(if neg { -v } else { v })
+}
+
+/// The `GLOBAL_ID`s a partition archived most recently, at most `capacity` of them: a change
+/// whose id is among them is a repeat. Its state (oldest first) is stored with the objects and
+/// committed with the offsets, so a restart goes on with the same window.
+#[derive(Debug, Clone, Default)]
+pub struct RepeatWindow {
+    capacity: usize,
+    order: VecDeque<String>,
+    ids: HashSet<String>,
+}
+
+impl RepeatWindow {
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            capacity,
+            ..Self::default()
+        }
+    }
+
+    /// Rebuilds a window from its stored state.
+    pub fn from_state(capacity: usize, ids: impl IntoIterator<Item = String>) -> Self {
+        let mut w = Self::new(capacity);
+        for id in ids {
+            w.check(&id);
+        }
+        w
+    }
+
+    /// `true` when `id` was seen within the window (a repeat); else remembers it.
+    pub fn check(&mut self, id: &str) -> bool {
+        if self.ids.contains(id) {
+            return true;
+        }
+        if self.capacity == 0 {
+            return false;
+        }
+        if self.order.len() == self.capacity {
+            if let Some(old) = self.order.pop_front() {
+                self.ids.remove(&old);
+            }
+        }
+        self.order.push_back(id.to_string());
+        self.ids.insert(id.to_string());
+        false
+    }
+
+    /// The ids, oldest first, for storing.
+    pub fn state(&self) -> impl Iterator<Item = &str> {
+        self.order.iter().map(String::as_str)
+    }
+
+    pub fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.order.is_empty()
+    }
+
+    /// Bytes the window holds (ids twice, plus per-entry overhead), for the memory report.
+    pub fn bytes(&self) -> usize {
+        self.order.iter().map(|s| 2 * s.len() + 64).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MSG: &str = r#"[
+      {"TIME":"20180831165311","GLOBAL_ID":"g1","DATABASE":"shop","TABLE":"orders","TYPE":"I",
+       "LOGICAL_CLOCK":"1617327447310000011","NEW_VALUES":{"id":"7","amount":"12.30","note":null},
+       "OFFSET":{"BINLOG_NAME":"mysql-bin.000003","BINLOG_POS":"4242"}},
+      {"TIME":"20180831165312","GLOBAL_ID":"g2","DATABASE":"shop","SCHEMA":"public","TABLE":"orders",
+       "TYPE":"U","LOGICAL_CLOCK":"1617327447310000012","OLD_VALUES":{"id":"7","amount":"12.30"},
+       "NEW_VALUES":{"id":"7","amount":13.5}},
+      {"GLOBAL_ID":"g3","DATABASE":"shop","TABLE":"users","TYPE":"D","OLD_VALUES":{"id":"1"}}
+    ]"#;
+
+    #[test]
+    fn a_message_becomes_its_changes_in_order() {
+        let tz: Tz = "Asia/Shanghai".parse().unwrap();
+        let cs = parse_message(MSG.as_bytes(), tz).unwrap();
+        assert_eq!(cs.len(), 3);
+        let c = &cs[0];
+        assert_eq!(
+            (c.index, c.kind, c.table.as_str()),
+            (0, ChangeType::Insert, "orders")
+        );
+        assert_eq!(c.time_raw.as_deref(), Some("20180831165311"));
+        // 16:53:11 in Shanghai (UTC+8) is 08:53:11 UTC.
+        assert_eq!(c.time_ms, Some(1_535_705_591_000));
+        assert_eq!(c.logical_clock, Some(1_617_327_447_310_000_011));
+        assert_eq!(c.schema, None);
+        assert!(c.old_values.is_none());
+        let new = c.new_values.as_ref().unwrap();
+        assert_eq!(new["amount"].as_deref(), Some("12.30"));
+        assert_eq!(new["note"], None);
+        // An unquoted number is kept as its JSON text.
+        assert_eq!(
+            cs[1].new_values.as_ref().unwrap()["amount"].as_deref(),
+            Some("13.5")
+        );
+        assert_eq!(cs[1].schema.as_deref(), Some("public"));
+        assert_eq!((cs[2].kind, cs[2].time_ms), (ChangeType::Delete, None));
+        assert!(cs[2].new_values.is_none());
+    }
+
+    #[test]
+    fn malformed_messages_say_what_is_wrong() {
+        let tz = Tz::UTC;
+        let cases: [(&str, Malformed); 6] = [
+            ("{\"TABLE\":", Malformed::NotJson(String::new())),
+            ("{\"TABLE\":\"t\"}", Malformed::NotArray),
+            ("[]", Malformed::Empty),
+            ("[1]", Malformed::NotObject { index: 0 }),
+            (
+                r#"[{"TABLE":"t","TYPE":"I"},{"TYPE":"I"}]"#,
+                Malformed::Missing {
+                    index: 1,
+                    field: "TABLE",
+                },
+            ),
+            (
+                r#"[{"TABLE":"t","TYPE":"X"}]"#,
+                Malformed::BadType {
+                    index: 0,
+                    found: "X".into(),
+                },
+            ),
+        ];
+        for (msg, want) in cases {
+            let got = parse_message(msg.as_bytes(), tz).unwrap_err();
+            match (&got, &want) {
+                (Malformed::NotJson(_), Malformed::NotJson(_)) => {}
+                _ => assert_eq!(got, want, "{msg}"),
+            }
+        }
+        assert_eq!(
+            parse_message(br#"[{"TABLE":"t"}]"#, tz)
+                .unwrap_err()
+                .to_string(),
+            "change 0 has no TYPE (or it is not a string)"
+        );
+    }
+
+    #[test]
+    fn odd_metadata_is_kept_raw_not_fatal() {
+        let cs = parse_message(
+            br#"[{"TABLE":"t","TYPE":"I","TIME":"yesterday","LOGICAL_CLOCK":"12x"}]"#,
+            Tz::UTC,
+        )
+        .unwrap();
+        assert_eq!(cs[0].time_raw.as_deref(), Some("yesterday"));
+        assert_eq!((cs[0].time_ms, cs[0].logical_clock), (None, None));
+        assert_eq!(cs[0].logical_clock_raw.as_deref(), Some("12x"));
+    }
+
+    #[test]
+    fn table_directories_are_one_level_with_dots_only_between_names() {
+        assert_eq!(table_dir(Some("shop"), None, "orders"), "shop.orders");
+        assert_eq!(
+            table_dir(Some("shop"), Some("public"), "order_items"),
+            "shop.public.order_items"
+        );
+        assert_eq!(table_dir(Some("my.db"), None, "a/b c"), "my%2Edb.a%2Fb%20c");
+        assert_eq!(table_dir(None, None, "t"), "t");
+    }
+
+    #[test]
+    fn column_types_parse_and_refuse_with_the_fix() {
+        for (s, t) in [
+            ("int", ColumnType::Int),
+            ("BIGINT", ColumnType::BigInt),
+            (
+                "decimal(10, 2)",
+                ColumnType::Decimal {
+                    precision: 10,
+                    scale: 2,
+                },
+            ),
+            ("timestamp", ColumnType::Timestamp),
+        ] {
+            assert_eq!(s.parse::<ColumnType>().unwrap(), t, "{s}");
+            assert_eq!(t.to_string().parse::<ColumnType>().unwrap(), t);
+        }
+        assert!("float"
+            .parse::<ColumnType>()
+            .unwrap_err()
+            .contains("decimal(p,s)"));
+        assert!("decimal(2,3)".parse::<ColumnType>().is_err());
+        assert!("decimal(39,0)".parse::<ColumnType>().is_err());
+        assert!("decimal(10)".parse::<ColumnType>().is_err());
+    }
+
+    #[test]
+    fn values_convert_to_their_declared_types_or_say_why_not() {
+        let tz: Tz = "Europe/Berlin".parse().unwrap();
+        let d = |p, s| ColumnType::Decimal {
+            precision: p,
+            scale: s,
+        };
+        assert_eq!(convert("42", ColumnType::Int, tz), Ok(Typed::Int(42)));
+        assert_eq!(
+            convert("9000000000", ColumnType::BigInt, tz),
+            Ok(Typed::BigInt(9_000_000_000))
+        );
+        assert_eq!(
+            convert("1.5", ColumnType::Double, tz),
+            Ok(Typed::Double(1.5))
+        );
+        assert_eq!(convert("12.3", d(5, 2), tz), Ok(Typed::Decimal(1230)));
+        assert_eq!(convert("-0.05", d(5, 2), tz), Ok(Typed::Decimal(-5)));
+        assert_eq!(convert("t", ColumnType::Bool, tz), Ok(Typed::Bool(true)));
+        assert_eq!(
+            convert("1970-01-02", ColumnType::Date, tz),
+            Ok(Typed::Date(1))
+        );
+        // Naive timestamps are read in the zone: 01:00 in Berlin in winter is midnight UTC.
+        assert_eq!(
+            convert("1970-01-01 01:00:00", ColumnType::Timestamp, tz),
+            Ok(Typed::Timestamp(0))
+        );
+        assert_eq!(
+            convert("1970-01-01T00:00:01.5Z", ColumnType::Timestamp, tz),
+            Ok(Typed::Timestamp(1_500_000))
+        );
+        for (raw, ty) in [
+            ("4x", ColumnType::Int),
+            ("3000000000", ColumnType::Int),
+            ("maybe", ColumnType::Bool),
+            ("12.345", d(5, 2)),
+            ("1234.5", d(5, 2)),
+            ("1.2.3", d(5, 2)),
+            ("-", d(5, 2)),
+            ("2023-02-30", ColumnType::Date),
+            ("noon", ColumnType::Timestamp),
+        ] {
+            let e = convert(raw, ty, tz).unwrap_err();
+            assert_eq!(e, format!("{raw:?} is not a {ty}"));
+        }
+    }
+
+    #[test]
+    fn the_repeat_window_remembers_the_newest_ids_and_survives_a_restart() {
+        let mut w = RepeatWindow::new(3);
+        assert!(!w.check("a"));
+        assert!(!w.check("b"));
+        assert!(w.check("a"), "a repeat within the window");
+        assert!(!w.check("c"));
+        assert!(!w.check("d")); // a leaves the window
+        assert!(
+            !w.check("a"),
+            "beyond the window a repeat is not recognised"
+        );
+        assert_eq!(w.state().collect::<Vec<_>>(), ["c", "d", "a"]);
+        let mut back = RepeatWindow::from_state(3, w.state().map(String::from));
+        assert!(back.check("d"));
+        assert!(!back.check("b"));
+        assert_eq!(back.len(), 3);
+        assert!(!RepeatWindow::new(0).check("x"));
+    }
+}
