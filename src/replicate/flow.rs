@@ -26,15 +26,49 @@ use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, T
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, Sender, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Bytes of records a transaction gathers at most.
 const TXN_BYTES: usize = 4 << 20;
-/// Batches queued for a worker; a full queue pauses the partition.
-const QUEUE: usize = 8;
+/// Bytes of batches queued for a worker: a transaction's worth, so that while one commits the
+/// next one gathers whole (a queue of a few small batches made transactions of 1 MiB and kept
+/// the pipeline waiting). A full queue makes the pipeline wait, then pauses the partition.
+const QUEUE_BYTES: usize = TXN_BYTES;
+/// Bytes queued for the workers of one pipeline at most (beyond one batch per partition), so
+/// memory does not grow with the partitions a member holds.
+const PIPELINE_QUEUE_BYTES: usize = 32 << 20;
+/// Batches queued at most, whatever their size.
+const QUEUE: usize = 256;
+
+/// Bytes of the batches queued for a worker, counted for its partition and its pipeline.
+struct Queued {
+    own: AtomicUsize,
+    all: Arc<AtomicUsize>,
+}
+
+impl Queued {
+    /// Whether a batch of `bytes` may be queued now; an empty queue takes any batch (one
+    /// record may be larger than the bounds).
+    fn room(&self, bytes: usize) -> bool {
+        let own = self.own.load(Ordering::Relaxed);
+        own == 0
+            || (own + bytes <= QUEUE_BYTES
+                && self.all.load(Ordering::Relaxed) + bytes <= PIPELINE_QUEUE_BYTES)
+    }
+
+    fn add(&self, bytes: usize) {
+        self.own.fetch_add(bytes, Ordering::Relaxed);
+        self.all.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    fn sub(&self, bytes: usize) {
+        self.own.fetch_sub(bytes, Ordering::Relaxed);
+        self.all.fetch_sub(bytes, Ordering::Relaxed);
+    }
+}
 const TICK: Duration = Duration::from_millis(200);
 /// Records wait at most this long in a partly filled batch before they go to their worker: a
 /// steady stream fills a batch slowly, and the latency to the target is what users see.
@@ -134,6 +168,8 @@ enum ToWorker {
 /// A pipeline's view of a partition it holds.
 struct Held {
     tx: SyncSender<ToWorker>,
+    /// Bytes of the batches in `tx` (the worker subtracts what it takes).
+    queued: Arc<Queued>,
     epoch: u64,
     batch: Batch,
     /// The worker fenced and read its position; the consumer sought there.
@@ -219,6 +255,7 @@ pub(super) fn pipeline(
         version: u64::MAX,
         last: None,
         fenced: Vec::new(),
+        queued: Arc::new(AtomicUsize::new(0)),
     };
     let r = p.run(&c, &stop);
     for (_, h) in p.held.drain() {
@@ -237,6 +274,8 @@ struct Pipeline {
     last: Option<Tp>,
     /// Partitions whose producer was fenced, and when to look at them again.
     fenced: Vec<(Tp, Instant)>,
+    /// Bytes queued for all its workers.
+    queued: Arc<AtomicUsize>,
 }
 
 impl Pipeline {
@@ -426,6 +465,7 @@ impl Pipeline {
             route.target.clone(),
             target,
             self.from.0.clone(),
+            self.queued.clone(),
         ) {
             Ok(h) => {
                 self.held.insert(tp, h);
@@ -540,15 +580,21 @@ fn sync_pause(c: &BaseConsumer<DumpContext>, tp: &Tp, h: &mut Held) {
 /// Hands the partition's gathered records to its worker; a full queue pauses the partition
 /// until the worker takes them (they stay gathered meanwhile).
 fn send_batch(c: &BaseConsumer<DumpContext>, tp: &Tp, h: &mut Held) {
-    if !h.batch.is_empty() {
+    if !h.batch.is_empty() && !h.queued.room(h.batch.bytes()) {
+        h.full.get_or_insert_with(Instant::now);
+    } else if !h.batch.is_empty() {
         let batch = std::mem::replace(&mut h.batch, Batch::new(h.epoch));
+        let bytes = batch.bytes();
+        h.queued.add(bytes);
         match h.tx.try_send(ToWorker::Batch(batch)) {
             Ok(()) => h.full = None,
             Err(TrySendError::Full(ToWorker::Batch(b))) => {
+                h.queued.sub(bytes);
                 h.batch = b;
                 h.full.get_or_insert_with(Instant::now);
             }
-            Err(_) => {}
+            // The worker is gone (it failed; the flow stops): the batch with it.
+            Err(_) => h.queued.sub(bytes),
         }
     }
     sync_pause(c, tp, h);
@@ -560,6 +606,9 @@ fn stop_worker(mut h: Held) {
     if let Some(t) = h.thread.take() {
         let _ = t.join();
     }
+    // What the worker left in its queue went with it.
+    let left = h.queued.own.swap(0, Ordering::Relaxed);
+    h.queued.all.fetch_sub(left, Ordering::Relaxed);
 }
 
 fn start_worker(
@@ -568,10 +617,15 @@ fn start_worker(
     target_topic: String,
     once_target: Option<i64>,
     to_pipeline: Sender<FromWorker>,
+    pipeline_queued: Arc<AtomicUsize>,
 ) -> Result<Held, ReplicateError> {
     let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
     let stop = Arc::new(AtomicBool::new(false));
-    let (setup2, tp2, stop2) = (setup.clone(), tp.clone(), stop.clone());
+    let queued = Arc::new(Queued {
+        own: AtomicUsize::new(0),
+        all: pipeline_queued,
+    });
+    let (setup2, tp2, stop2, queued2) = (setup.clone(), tp.clone(), stop.clone(), queued.clone());
     let thread = std::thread::Builder::new()
         .name(format!("repl-{}", tp.partition))
         .spawn(move || {
@@ -581,6 +635,7 @@ fn start_worker(
                 target: &target_topic,
                 to_pipeline: &to_pipeline,
                 stop: &stop2,
+                queued: &queued2,
             };
             if let Err(e) = w.run(rx) {
                 if !stop2.load(Ordering::Relaxed) {
@@ -591,6 +646,7 @@ fn start_worker(
         .map_err(|e| ReplicateError::Setup(format!("cannot start a worker thread: {e}")))?;
     Ok(Held {
         tx,
+        queued,
         epoch: 0,
         batch: Batch::new(0),
         ready: false,
@@ -613,7 +669,11 @@ struct Gather {
 }
 
 impl Gather {
-    fn take(&mut self, m: ToWorker, epoch: &mut u64) {
+    /// Takes one message of the queue (`queued`: the queue's byte count, which it leaves).
+    fn take(&mut self, m: ToWorker, epoch: &mut u64, queued: &Queued) {
+        if let ToWorker::Batch(b) = &m {
+            queued.sub(b.bytes());
+        }
         match m {
             ToWorker::Batch(b) if b.epoch == *epoch => {
                 self.bytes += b.bytes();
@@ -677,6 +737,7 @@ struct Worker<'a> {
     target: &'a str,
     to_pipeline: &'a Sender<FromWorker>,
     stop: &'a AtomicBool,
+    queued: &'a Queued,
 }
 
 impl Worker<'_> {
@@ -814,10 +875,10 @@ impl Worker<'_> {
                 reached: None,
             };
             if let Some(first) = first {
-                g.take(first, &mut epoch);
+                g.take(first, &mut epoch, self.queued);
                 while g.bytes < TXN_BYTES && g.reached.is_none() {
                     match rx.try_recv() {
-                        Ok(m) => g.take(m, &mut epoch),
+                        Ok(m) => g.take(m, &mut epoch, self.queued),
                         Err(_) => break,
                     }
                 }
