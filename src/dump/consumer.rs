@@ -30,6 +30,8 @@ pub(crate) enum LagOf {
 
 pub(crate) struct DumpContext {
     task: String,
+    /// A replication flow's name, labelled on its metrics beside the task.
+    flow: Option<String>,
     lag_of: LagOf,
     /// Refusals the consumer saw: a metadata call that fails names them.
     pub(crate) watch: crate::kafka::Watch,
@@ -48,11 +50,18 @@ impl DumpContext {
     pub(crate) fn measuring(task: &str, lag_of: LagOf) -> Self {
         Self {
             task: task.to_string(),
+            flow: None,
             lag_of,
             watch: crate::kafka::Watch::default(),
             changes: Mutex::new(Vec::new()),
             changed: AtomicBool::new(false),
         }
+    }
+
+    /// The same, for a replication flow (`<source>-><target>`).
+    pub(crate) fn of_flow(mut self, flow: String) -> Self {
+        self.flow = Some(flow);
+        self
     }
 
     /// Changes recorded since the last call, oldest first.
@@ -110,8 +119,13 @@ impl ClientContext for DumpContext {
                     LagOf::Committed => "strata_consumer_lag",
                     LagOf::Position => "strata_replicate_lag_records",
                 };
-                metrics::gauge!(name, "task" => self.task.clone(), "topic" => topic.clone(), "partition" => p.to_string())
-                    .set(lag as f64);
+                let (task, topic, partition) = (self.task.clone(), topic.clone(), p.to_string());
+                match &self.flow {
+                    None => metrics::gauge!(name, "task" => task, "topic" => topic, "partition" => partition)
+                        .set(lag as f64),
+                    Some(f) => metrics::gauge!(name, "task" => task, "flow" => f.clone(), "topic" => topic, "partition" => partition)
+                        .set(lag as f64),
+                }
             }
         }
     }

@@ -255,7 +255,7 @@ pub enum Typed {
 /// Converts the source's text to `ty`; the error says why, for the row's error column.
 pub fn convert(raw: &str, ty: ColumnType, tz: Tz) -> Result<Typed, String> {
     let s = raw.trim();
-    let bad = || format!("{raw:?} is not a {ty}");
+    let bad = || format!("{raw:?} is not a valid {ty}");
     Ok(match ty {
         ColumnType::String => Typed::String(raw.to_string()),
         ColumnType::Int => Typed::Int(s.parse().map_err(|_| bad())?),
@@ -564,7 +564,7 @@ mod tests {
             ("noon", ColumnType::Timestamp),
         ] {
             let e = convert(raw, ty, tz).unwrap_err();
-            assert_eq!(e, format!("{raw:?} is not a {ty}"));
+            assert_eq!(e, format!("{raw:?} is not a valid {ty}"));
         }
     }
 

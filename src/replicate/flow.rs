@@ -242,10 +242,13 @@ pub(super) fn pipeline(
         cc.set(k, v);
     }
     let c: BaseConsumer<DumpContext> = cc
-        .create_with_context(DumpContext::measuring(
-            &names.id(),
-            crate::dump::consumer::LagOf::Position,
-        ))
+        .create_with_context(
+            DumpContext::measuring(
+                setup.task.name.as_str(),
+                crate::dump::consumer::LagOf::Position,
+            )
+            .of_flow(setup.flow()),
+        )
         .map_err(client_err(&setup.source))?;
     let mut p = Pipeline {
         setup: setup.clone(),
