@@ -723,6 +723,19 @@ fn failure(e: rdkafka::error::KafkaError) -> Failure {
     }
 }
 
+/// Failures no retry heals: the cluster refused the login, the TLS handshake or the ACL.
+fn refused(e: &ReplicateError) -> bool {
+    matches!(
+        e,
+        ReplicateError::Authentication { .. }
+            | ReplicateError::Kafka(
+                KafkaError::LoginRefused { .. }
+                    | KafkaError::Tls { .. }
+                    | KafkaError::NotAuthorized { .. }
+            )
+    )
+}
+
 /// The first failed delivery since the last look, if any.
 fn take_failure(p: &ThreadedProducer<Deliveries>) -> Option<String> {
     p.context()
@@ -810,7 +823,9 @@ impl Worker<'_> {
         }
     }
 
-    fn run(&self, rx: Receiver<ToWorker>) -> Result<(), ReplicateError> {
+    /// Fences the partition's earlier holder (with transactions) and reads where to start:
+    /// the producer, the position, and whether the target holds one yet.
+    fn start(&self) -> Result<(ThreadedProducer<Deliveries>, i64, bool), ReplicateError> {
         let s = self.setup;
         let p = self.producer()?;
         if s.task.exactly_once {
@@ -832,11 +847,35 @@ impl Worker<'_> {
         let found = positions::read(&reader, &s.names.positions_topic())?;
         drop(reader);
         let stored = found.next(&self.tp.topic, self.tp.partition);
-        // Whether the target holds a position for this partition yet (--once needs one).
-        let mut written = stored.is_some();
-        let mut next = match stored {
+        let next = match stored {
             Some(n) => n,
             None => s.start_offset(self.tp)?,
+        };
+        Ok((p, next, stored.is_some()))
+    }
+
+    fn run(&self, rx: Receiver<ToWorker>) -> Result<(), ReplicateError> {
+        let s = self.setup;
+        // A cluster out of reach at the start (a worker starts at every rebalance) is waited
+        // for; a refusal (login, TLS, ACL) ends the task.
+        let mut pause = RETRY_PAUSE;
+        let (p, mut next, mut written) = loop {
+            match self.start() {
+                Ok(started) => break started,
+                Err(e) if !refused(&e) => {
+                    if self.stop.load(Ordering::Relaxed) {
+                        return Ok(());
+                    }
+                    s.stats.error("start");
+                    tracing::warn!(task = %s.task.name, flow = %s.flow(), topic = %self.tp.topic, partition = self.tp.partition, error = %e, "cannot start copying this partition; retrying");
+                    let until = Instant::now() + pause;
+                    while Instant::now() < until && !self.stop.load(Ordering::Relaxed) {
+                        std::thread::sleep(TICK);
+                    }
+                    pause = (pause * 2).min(STUCK_AFTER / 2);
+                }
+                Err(e) => return Err(e),
+            }
         };
         tracing::debug!(task = %s.task.name, flow = %s.flow(), topic = %self.tp.topic, partition = self.tp.partition, next, "partition worker ready");
         let _ = self.to_pipeline.send(FromWorker::Ready {
@@ -1110,6 +1149,9 @@ impl Worker<'_> {
             // Purged records report failures too: they belong to the runs dropped here.
             let _ = p.flush(Duration::from_secs(1));
             let _ = take_failure(p);
+            // Syncs of the dropped runs would be followed by lower ones when they are sent
+            // again: a rewind to the sync store. The next second's syncs cover it.
+            *p.context().landed.lock().unwrap_or_else(|e| e.into_inner()) = Landed::default();
             st.unacked.clear();
             st.sent_next = st.settled;
             f
