@@ -1111,10 +1111,7 @@ impl Worker<'_> {
         let sent = self
             .send_run(p, batches, next)
             .map_err(|e| abort(failure(e)))?;
-        let new_next = match up_to {
-            Some(to) => to.max(sent.last + 1),
-            None => sent.last + 1,
-        };
+        let new_next = sent.next(up_to);
         if new_next < next || (new_next == next && up_to.is_none()) {
             let _ = p.abort_transaction(TXN_TIMEOUT);
             return Ok(None);
@@ -1169,10 +1166,7 @@ impl Worker<'_> {
                     Ok(sent) => sent,
                     Err(e) => return Err(fail(st, failure(e))),
                 };
-                let new_next = match up_to {
-                    Some(to) => to.max(sent.last + 1),
-                    None => sent.last + 1,
-                };
+                let new_next = sent.next(up_to);
                 if new_next > st.sent_next || up_to.is_some() {
                     st.sent_next = new_next.max(st.sent_next);
                     st.unacked.push(Run {
@@ -1219,6 +1213,14 @@ struct Sent {
     records: u64,
     bytes: u64,
     last_timestamp: Option<i64>,
+}
+
+impl Sent {
+    /// The partition's position once the run is stored: after its last record, or at
+    /// `--once`'s end when only markers follow.
+    fn next(&self, up_to: Option<i64>) -> i64 {
+        up_to.map_or(self.last + 1, |to| to.max(self.last + 1))
+    }
 }
 
 /// A worker's state without transactions.
