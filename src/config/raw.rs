@@ -114,6 +114,7 @@ pub struct RawTask {
     pub compression: Option<String>,
     pub max_file_size: Option<RawSize>,
     pub topic_refresh_secs: Option<u64>,
+    pub cdc: Option<RawCdc>,
     // Replicate tasks.
     pub direction: Option<String>,
     pub local_alias: Option<String>,
@@ -127,6 +128,18 @@ pub struct RawTask {
     pub sync_group_offsets_interval_secs: Option<u64>,
     pub groups_regex: Option<String>,
     pub peer: Option<RawPeer>,
+    #[serde(flatten)]
+    pub unknown: Unknown,
+}
+
+/// `[tasks.cdc]`: a dump task's values are change-data-capture messages, archived as tables.
+#[derive(Debug, Default, Deserialize)]
+pub struct RawCdc {
+    pub time_zone: Option<String>,
+    pub repeat_window: Option<u64>,
+    pub on_malformed: Option<String>,
+    /// `[tasks.cdc.types."db.schema.table"]`: column name to type.
+    pub types: Option<BTreeMap<String, BTreeMap<String, String>>>,
     #[serde(flatten)]
     pub unknown: Unknown,
 }

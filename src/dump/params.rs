@@ -19,6 +19,9 @@ pub struct Layout {
     /// Text only: the record delimiter and the key separator (`None`: keys not stored).
     pub record_delimiter: Option<String>,
     pub key_separator: Option<String>,
+    /// `Some("tables")` for a CDC task (absent in layouts stored before CDC tasks existed).
+    #[serde(default)]
+    pub cdc: Option<String>,
 }
 
 impl Layout {
@@ -40,11 +43,12 @@ impl Layout {
                         .map(|s| String::from_utf8_lossy(s).into_owned())
                 })
                 .flatten(),
+            cdc: task.cdc.as_ref().map(|_| "tables".to_string()),
         }
     }
 
     /// The parameters by name, as messages show them.
-    fn fields(&self) -> [(&'static str, String); 7] {
+    fn fields(&self) -> [(&'static str, String); 8] {
         let show = |v: &Option<String>| v.as_ref().map_or("none".to_string(), |s| format!("{s:?}"));
         [
             ("format", format!("{:?}", self.format)),
@@ -54,6 +58,7 @@ impl Layout {
             ("time_source", format!("{:?}", self.time_source)),
             ("record_delimiter", show(&self.record_delimiter)),
             ("store_key/key_separator", show(&self.key_separator)),
+            ("cdc", show(&self.cdc)),
         ]
     }
 

@@ -61,6 +61,34 @@ pub struct Change {
     pub logical_clock: Option<i64>,
     pub old_values: Option<BTreeMap<String, Option<String>>>,
     pub new_values: Option<BTreeMap<String, Option<String>>>,
+    /// `OFFSET` (the source's binlog position) as its JSON text.
+    pub offset_json: Option<String>,
+}
+
+/// A message's changes, and whether [`message_json`] of them gives back the same JSON (every
+/// field known, text where text is expected, column values strings or null): when it does not,
+/// the dump keeps the message as it came, so that a restore is exact.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parsed {
+    pub changes: Vec<Change>,
+    pub plain: bool,
+}
+
+/// Whether a change object rebuilds from its [`Change`] unchanged.
+fn plain_change(obj: &serde_json::Map<String, serde_json::Value>) -> bool {
+    obj.iter().all(|(k, v)| match k.as_str() {
+        "TIME" | "GLOBAL_ID" | "DATABASE" | "SCHEMA" | "LOGICAL_CLOCK" | "TABLE" | "TYPE" => {
+            v.is_string()
+        }
+        "OLD_VALUES" | "NEW_VALUES" => v
+            .as_object()
+            .is_some_and(|m| {
+                m.iter()
+                    .all(|(k, x)| !k.contains(',') && (x.is_string() || x.is_null()))
+            }),
+        "OFFSET" => true,
+        _ => false,
+    })
 }
 
 fn text(v: &serde_json::Value) -> Option<String> {
@@ -86,6 +114,11 @@ pub fn parse_time(raw: &str, tz: Tz) -> Option<i64> {
 
 /// Parses a message value into its changes, in array order.
 pub fn parse_message(value: &[u8], tz: Tz) -> Result<Vec<Change>, Malformed> {
+    parse(value, tz).map(|p| p.changes)
+}
+
+/// Parses a message value into its changes and tells whether they rebuild it.
+pub fn parse(value: &[u8], tz: Tz) -> Result<Parsed, Malformed> {
     let v: serde_json::Value =
         serde_json::from_slice(value).map_err(|e| Malformed::NotJson(e.to_string()))?;
     let serde_json::Value::Array(items) = v else {
@@ -94,11 +127,13 @@ pub fn parse_message(value: &[u8], tz: Tz) -> Result<Vec<Change>, Malformed> {
     if items.is_empty() {
         return Err(Malformed::Empty);
     }
-    items
+    let mut plain = true;
+    let changes = items
         .iter()
         .enumerate()
         .map(|(index, item)| {
             let obj = item.as_object().ok_or(Malformed::NotObject { index })?;
+            plain &= plain_change(obj);
             let field = |name: &str| obj.get(name).and_then(text);
             let table = obj
                 .get("TABLE")
@@ -141,9 +176,64 @@ pub fn parse_message(value: &[u8], tz: Tz) -> Result<Vec<Change>, Malformed> {
                 logical_clock_raw,
                 old_values: values(obj.get("OLD_VALUES")),
                 new_values: values(obj.get("NEW_VALUES")),
+                offset_json: obj.get("OFFSET").map(|o| o.to_string()),
+            })
+            .inspect(|c: &Change| {
+                // The sides a change type has, and only those, rebuild from the table's rows.
+                plain &= c.old_values.is_some() == (c.kind != ChangeType::Insert)
+                    && c.new_values.is_some() == (c.kind != ChangeType::Delete);
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Parsed { changes, plain })
+}
+
+/// A change as the JSON object it came as (for a plain message, see [`Parsed`]).
+pub fn change_json(c: &Change) -> serde_json::Value {
+    use serde_json::Value;
+    let mut m = serde_json::Map::new();
+    let mut put = |k: &str, v: &Option<String>| {
+        if let Some(v) = v {
+            m.insert(k.to_string(), Value::String(v.clone()));
+        }
+    };
+    put("TIME", &c.time_raw);
+    put("GLOBAL_ID", &c.global_id);
+    put("DATABASE", &c.database);
+    put("SCHEMA", &c.schema);
+    put("LOGICAL_CLOCK", &c.logical_clock_raw);
+    m.insert("TABLE".into(), Value::String(c.table.clone()));
+    m.insert("TYPE".into(), Value::String(c.kind.as_str().into()));
+    let obj = |vals: &BTreeMap<String, Option<String>>| {
+        Value::Object(
+            vals.iter()
+                .map(|(k, v)| (k.clone(), v.clone().map_or(Value::Null, Value::String)))
+                .collect(),
+        )
+    };
+    if let Some(v) = &c.old_values {
+        m.insert("OLD_VALUES".into(), obj(v));
+    }
+    if let Some(v) = &c.new_values {
+        m.insert("NEW_VALUES".into(), obj(v));
+    }
+    if let Some(o) = &c.offset_json {
+        m.insert(
+            "OFFSET".into(),
+            serde_json::from_str(o).unwrap_or_else(|_| Value::String(o.clone())),
+        );
+    }
+    Value::Object(m)
+}
+
+/// A message value rebuilt from its changes (in `index` order): compact JSON with object keys
+/// sorted, so a source that writes that form gets its bytes back exactly.
+pub fn message_json(changes: &[Change]) -> Vec<u8> {
+    let mut sorted: Vec<&Change> = changes.iter().collect();
+    sorted.sort_by_key(|c| c.index);
+    let v = serde_json::Value::Array(sorted.into_iter().map(change_json).collect());
+    // A Value of strings and objects always serializes.
+    serde_json::to_vec(&v).unwrap_or_default()
 }
 
 /// The directory level of a source table: `DATABASE.SCHEMA.TABLE` (`DATABASE.TABLE` without a
@@ -294,6 +384,54 @@ pub fn convert(raw: &str, ty: ColumnType, tz: Tz) -> Result<Typed, String> {
             Typed::Decimal(decimal(s, precision, scale).ok_or_else(bad)?)
         }
     })
+}
+
+/// A converted value as text again, the way [`convert`] reads it: a message whose typed
+/// values do not render back to the text they came as is kept as it came (restore is exact).
+pub fn render(v: &Typed, ty: ColumnType, tz: Tz) -> String {
+    match v {
+        Typed::Int(x) => x.to_string(),
+        Typed::BigInt(x) => x.to_string(),
+        Typed::Double(x) => x.to_string(),
+        Typed::Bool(x) => x.to_string(),
+        Typed::String(s) => s.clone(),
+        Typed::Decimal(x) => match ty {
+            ColumnType::Decimal { scale, .. } => render_decimal(*x, scale),
+            _ => x.to_string(),
+        },
+        Typed::Date(d) => NaiveDate::from_ymd_opt(1970, 1, 1)
+            .and_then(|e| e.checked_add_signed(chrono::Duration::days(i64::from(*d))))
+            .map(|d| d.format("%Y-%m-%d").to_string())
+            .unwrap_or_default(),
+        Typed::Timestamp(us) => chrono::DateTime::from_timestamp_micros(*us)
+            .map(|t| {
+                let local = t.with_timezone(&tz).naive_local();
+                if us.rem_euclid(1_000_000) == 0 {
+                    local.format("%Y-%m-%d %H:%M:%S").to_string()
+                } else {
+                    local.format("%Y-%m-%d %H:%M:%S%.6f").to_string()
+                }
+            })
+            .unwrap_or_default(),
+    }
+}
+
+/// An unscaled decimal as text with `scale` digits after the point (`1230`, 2: `12.30`).
+pub fn render_decimal(unscaled: i128, scale: u8) -> String {
+    let digits = unscaled.unsigned_abs().to_string();
+    let sign = if unscaled < 0 { "-" } else { "" };
+    let scale = scale as usize;
+    if scale == 0 {
+        return format!("{sign}{digits}");
+    }
+    let padded = format!("{digits:0>width$}", width = scale + 1);
+    let (int, frac) = padded.split_at(padded.len() - scale);
+    format!("{sign}{int}.{frac}")
+}
+
+/// Whether `raw` of type `ty` comes back from its typed value as the same text.
+pub fn renders_back(raw: &str, ty: ColumnType, tz: Tz) -> bool {
+    ty == ColumnType::String || convert(raw, ty, tz).is_ok_and(|v| render(&v, ty, tz) == raw)
 }
 
 /// `s` as an unscaled decimal of `precision` digits with `scale` after the point; `None` when

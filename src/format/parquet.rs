@@ -76,13 +76,18 @@ pub fn schema() -> SchemaRef {
         .clone()
 }
 
-fn properties(c: Compression) -> Result<WriterProperties, EncodeError> {
-    let codec = match c {
+/// The Parquet codec of a task's compression.
+pub(super) fn codec(c: Compression) -> Result<Codec, EncodeError> {
+    Ok(match c {
         // Level 1: most of level 3's ratio on record payloads at a fraction of the CPU.
         Compression::Zstd => Codec::ZSTD(ZstdLevel::try_new(1)?),
         Compression::Snappy => Codec::SNAPPY,
         _ => Codec::UNCOMPRESSED,
-    };
+    })
+}
+
+fn properties(c: Compression) -> Result<WriterProperties, EncodeError> {
+    let codec = codec(c)?;
     // Dictionaries and page statistics pay off only on the small repetitive columns; on key
     // and value bytes they cost CPU and buy nothing.
     let mut b = WriterProperties::builder()

@@ -33,13 +33,14 @@ pub(super) const DUMP_ONLY: &[&str] = &[
     "key_separator",
     "format",
     "max_file_size",
+    "cdc",
 ];
 
 /// Most topics an explicit topic map may name.
 const MAX_MAPPED: usize = 20;
 
 fn present(raw: &RawTask) -> Vec<&'static str> {
-    let set: [(&'static str, bool); 23] = [
+    let set: [(&'static str, bool); 24] = [
         ("direction", raw.direction.is_some()),
         ("local_alias", raw.local_alias.is_some()),
         ("tasks", raw.tasks.is_some()),
@@ -66,6 +67,7 @@ fn present(raw: &RawTask) -> Vec<&'static str> {
         ("key_separator", raw.key_separator.is_some()),
         ("format", raw.format.is_some()),
         ("max_file_size", raw.max_file_size.is_some()),
+        ("cdc", raw.cdc.is_some()),
     ];
     set.iter().filter(|(_, p)| *p).map(|(k, _)| *k).collect()
 }

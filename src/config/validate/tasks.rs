@@ -127,6 +127,21 @@ pub(super) fn task(
     if raw.topic_refresh_secs.is_some() && raw.topic_regex.is_none() {
         cx.push(format!("{k}.topic_refresh_secs"), "applies to topic_regex only: a topic list is watched by the consumer itself; remove it");
     }
+    let cdc = raw.cdc.as_ref().map(|c| cdc_options(cx, k, c));
+    if cdc.is_some() {
+        if kind != FormatKind::Parquet {
+            cx.push(
+                format!("{k}.cdc"),
+                format!("CDC tables are written as Parquet; set format = \"parquet\" (this task has \"{}\")", kind.as_str()),
+            );
+        }
+        if time_source == TimeSource::Dump {
+            cx.push(
+                format!("{k}.time_source"),
+                "a CDC task places changes by their record's time (exactly once); remove time_source = \"dump\"",
+            );
+        }
+    }
     if cx.issues.len() > before {
         return None;
     }
@@ -143,7 +158,58 @@ pub(super) fn task(
         format: format?,
         max_file_size,
         topic_refresh: Duration::from_secs(refresh.max(1)),
+        cdc,
     })
+}
+
+/// Keys of `[tasks.cdc]`.
+pub(super) const CDC_KEYS: &[&str] = &["time_zone", "repeat_window", "on_malformed", "types"];
+
+/// Ids per partition remembered to tell repeats apart, by default: a restart of the transfer
+/// service re-sends seconds of changes, far fewer than this.
+const DEFAULT_REPEAT_WINDOW: u64 = 100_000;
+
+fn cdc_options(cx: &mut Ctx<'_>, k: &str, raw: &RawCdc) -> CdcOptions {
+    let k = format!("{k}.cdc");
+    cx.unknown(&k, &raw.unknown, CDC_KEYS);
+    let time_zone = time_zone(cx, &format!("{k}.time_zone"), &raw.time_zone);
+    let window = raw.repeat_window.unwrap_or(DEFAULT_REPEAT_WINDOW);
+    if window > 10_000_000 {
+        cx.push(
+            format!("{k}.repeat_window"),
+            format!("{window} is more than 10000000 ids per partition; each costs about 100 bytes of memory"),
+        );
+    }
+    let on_malformed = cx.choice(
+        &format!("{k}.on_malformed"),
+        &raw.on_malformed,
+        OnMalformed::Keep,
+        |s| match s {
+            "keep" => Some(OnMalformed::Keep),
+            "fail" => Some(OnMalformed::Fail),
+            _ => None,
+        },
+        "\"keep\" (stored under _errors/ and counted) or \"fail\" (the task stops naming the offset)",
+    );
+    let mut types = BTreeMap::new();
+    for (table, cols) in raw.types.iter().flatten() {
+        let mut parsed = BTreeMap::new();
+        for (col, ty) in cols {
+            match ty.parse::<crate::format::cdc::ColumnType>() {
+                Ok(t) => {
+                    parsed.insert(col.clone(), t);
+                }
+                Err(e) => cx.push(format!("{k}.types.{table}.{col}"), e),
+            }
+        }
+        types.insert(table.clone(), parsed);
+    }
+    CdcOptions {
+        time_zone,
+        repeat_window: window as usize,
+        on_malformed,
+        types,
+    }
 }
 
 /// Two tasks writing the same topic into the same place would overwrite each other's objects.
