@@ -290,6 +290,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             for s in summaries {
                 tracing::info!(task = %s.task, objects = s.objects, records = s.records, bytes = s.bytes, "done");
+                if s.cdc.messages > 0 {
+                    let c = &s.cdc;
+                    tracing::info!(task = %s.task, messages = c.messages, changes = c.changes, repeats = c.repeats, malformed = c.malformed, verbatim = c.verbatim, "CDC tables");
+                }
                 for p in &s.partitions {
                     tracing::info!(task = %s.task, topic = %p.topic, partition = p.partition, from = p.from, to = p.to, covered_by = p.coverage.as_str(), "partition");
                 }

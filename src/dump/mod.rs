@@ -10,6 +10,7 @@
 
 pub(crate) mod batch;
 mod budget;
+pub(crate) mod cdc;
 pub(crate) mod consumer;
 mod once;
 pub mod params;
@@ -33,6 +34,8 @@ pub struct Summary {
     pub objects: u64,
     pub records: u64,
     pub bytes: u64,
+    /// CDC tasks: messages, changes, repeats, malformed and verbatim messages stored.
+    pub cdc: cdc::Counts,
     /// `--once`: every partition of the task's topics, from where to where, and who covered it.
     pub partitions: Vec<PartitionReport>,
 }
@@ -61,6 +64,12 @@ pub enum DumpError {
     Worker { task: String, detail: String },
     #[error(transparent)]
     Params(#[from] params::ParamsError),
+    #[error("task {task}: topic {topic}: {source}")]
+    Malformed {
+        task: String,
+        topic: String,
+        source: cdc::MalformedAt,
+    },
 }
 
 impl DumpError {
@@ -169,6 +178,10 @@ pub(crate) struct Metrics {
     pub store_fatal: metrics::Counter,
     pub commit_errors: metrics::Counter,
     pub buffered: metrics::Gauge,
+    pub cdc_changes: metrics::Counter,
+    pub cdc_repeats: metrics::Counter,
+    pub cdc_malformed: metrics::Counter,
+    pub cdc_verbatim: metrics::Counter,
 }
 
 impl Metrics {
@@ -185,7 +198,11 @@ impl Metrics {
             store_errors: metrics::counter!("strata_dump_errors_total", "task" => t.clone(), "kind" => "store"),
             store_fatal: metrics::counter!("strata_dump_errors_total", "task" => t.clone(), "kind" => "store_fatal"),
             commit_errors: metrics::counter!("strata_dump_errors_total", "task" => t.clone(), "kind" => "commit"),
-            buffered: metrics::gauge!("strata_dump_buffered_bytes", "task" => t),
+            buffered: metrics::gauge!("strata_dump_buffered_bytes", "task" => t.clone()),
+            cdc_changes: metrics::counter!("strata_dump_cdc_changes_total", "task" => t.clone(), "kind" => "table"),
+            cdc_repeats: metrics::counter!("strata_dump_cdc_changes_total", "task" => t.clone(), "kind" => "repeat"),
+            cdc_malformed: metrics::counter!("strata_dump_cdc_messages_total", "task" => t.clone(), "kind" => "malformed"),
+            cdc_verbatim: metrics::counter!("strata_dump_cdc_messages_total", "task" => t, "kind" => "verbatim"),
         }
     }
 }

@@ -237,11 +237,32 @@ fn clean_up_leftovers(
                 continue;
             };
             // No object under the seal's key: the crash came between the seal and the
-            // object, which never became visible; the seal is litter.
-            let object_tag = match store.tag_of(&seal.key).await {
-                Ok(t) => t,
-                Err(e) if e.kind == ErrorKind::NotFound => None,
-                Err(_) => continue,
+            // object, which never became visible; the seal is litter. A bundle's seal lives
+            // while any of its files is visible under its upload's tag.
+            let object_tag = if seal.files.is_empty() {
+                match store.tag_of(&seal.key).await {
+                    Ok(t) => t,
+                    Err(e) if e.kind == ErrorKind::NotFound => None,
+                    Err(_) => continue,
+                }
+            } else {
+                let mut live = None;
+                let mut unknown = false;
+                for (file, file_tag) in &seal.files {
+                    match store.tag_of(file).await {
+                        Ok(Some(t)) if t == *file_tag => {
+                            live = Some(tag.clone());
+                            break;
+                        }
+                        Ok(_) => {}
+                        Err(e) if e.kind == ErrorKind::NotFound => {}
+                        Err(_) => unknown = true,
+                    }
+                }
+                if live.is_none() && unknown {
+                    continue;
+                }
+                live
             };
             let live = object_tag.as_deref() == Some(tag.as_str());
             found.push((o.key.clone(), tp, Some((seal, tag, object_tag, live))));
@@ -596,9 +617,10 @@ impl Poll {
                     tp,
                     to,
                     commit,
+                    cut,
                     ack,
                 } => {
-                    let r = self.rewind(c, &tp, to, commit);
+                    let r = self.rewind(c, &tp, to, commit, cut);
                     let _ = ack.send(r);
                 }
             }
@@ -626,6 +648,7 @@ impl Poll {
         tp: &Tp,
         to: Option<i64>,
         commit: bool,
+        cut: Option<i64>,
     ) -> Result<u64, String> {
         if !self.parts.contains_key(tp) {
             return Err("the partition is not assigned to this member any more".into());
@@ -677,6 +700,7 @@ impl Poll {
                 tp: tp.clone(),
                 epoch,
                 from: to,
+                cut,
             },
         );
         self.update_pauses(c);

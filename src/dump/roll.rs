@@ -17,6 +17,8 @@ pub enum RollReason {
     Memory,
     /// Shutdown or the end of a `--once` run.
     Shutdown,
+    /// A CDC bundle written again ends where an earlier attempt at it ended.
+    Cut,
 }
 
 impl RollReason {
@@ -27,6 +29,7 @@ impl RollReason {
             Self::TimeDirectory => "time_directory",
             Self::Memory => "memory",
             Self::Shutdown => "shutdown",
+            Self::Cut => "cut",
         }
     }
 }

@@ -10,7 +10,7 @@
 //! commits past it and rewinds the partition to right after it. A failed upload rewinds the
 //! partition to the object's first offset: Kafka, not memory, holds data awaiting a retry.
 
-use super::writer::{ObjectEnd, Opened, ToObject};
+use super::writer::{ObjectEnd, Opened, ToObject, WindowRequest};
 use super::{Fatal, Tp};
 use crate::layout::DumpDir;
 use crate::store::{ErrorKind, Finish, Finished, MultipartUpload, ObjectStore, StoreError};
@@ -37,6 +37,8 @@ pub(super) enum Control {
         tp: Tp,
         to: Option<i64>,
         commit: bool,
+        /// The partition's next object must end right after this offset.
+        cut: Option<i64>,
         ack: oneshot::Sender<Result<u64, String>>,
     },
 }
@@ -49,16 +51,24 @@ pub(crate) struct Seal {
     pub last_offset: i64,
     pub next_offset: i64,
     pub records: u64,
+    /// A CDC bundle's files and the tag of each one's upload (empty for a single object).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<(String, String)>,
 }
 
-/// The seal of the object under `key` (first offset `first`) written by the upload `tag`.
-pub(crate) fn seal_key(dir: &DumpDir, tp: &Tp, first: i64, tag: &str) -> String {
+/// Where the seals of the objects (or bundles) starting at `first` live.
+pub(crate) fn seal_dir(dir: &DumpDir, tp: &Tp, first: i64) -> String {
     format!(
-        "{}.strata/seals/{}/{}/{first:020}/{tag}",
+        "{}.strata/seals/{}/{}/{first:020}/",
         dir.prefix(),
         tp.topic,
         tp.partition
     )
+}
+
+/// The seal of the object under `key` (first offset `first`) written by the upload `tag`.
+pub(crate) fn seal_key(dir: &DumpDir, tp: &Tp, first: i64, tag: &str) -> String {
+    format!("{}{tag}", seal_dir(dir, tp, first))
 }
 
 /// The partition, first offset and upload tag a seal's key names (`None`: not a seal key).
@@ -125,6 +135,14 @@ enum Outcome {
         took: Duration,
         _held: Option<super::budget::Permit>,
     },
+    /// A CDC bundle's uploads (every file written, none finished) and its window state.
+    Bundle {
+        uploads: Vec<(String, Box<dyn MultipartUpload>)>,
+        window: (String, Vec<u8>),
+        end: ObjectEnd,
+        took: Duration,
+        _held: Option<super::budget::Permit>,
+    },
     /// The writer dropped the object (rewind, revocation): nothing to store.
     Discarded,
     Failed(StoreError),
@@ -144,10 +162,8 @@ async fn upload_object(
     mut parts: mpsc::Receiver<ToObject>,
 ) -> Outcome {
     let started = Instant::now();
-    let mut upload = match store.put_multipart(&key).await {
-        Ok(u) => u,
-        Err(e) => return Outcome::Failed(e),
-    };
+    let mut upload: Option<Box<dyn MultipartUpload>> = None;
+    let mut bundle = None;
     // A short part (the last one, or a whole small object) may stay in the upload's buffer
     // until the finish: its room in the budget is held until then. A full part has gone out
     // once written, so its room is free at once; holding it until the next part would let
@@ -159,20 +175,59 @@ async fn upload_object(
         match m {
             ToObject::Part(chunks, permit) => {
                 let len: usize = chunks.iter().map(Bytes::len).sum();
+                let u = match upload.as_mut() {
+                    Some(u) => u,
+                    None => match store.put_multipart(&key).await {
+                        Ok(u) => upload.insert(u),
+                        Err(e) => return Outcome::Failed(e),
+                    },
+                };
                 for data in chunks {
-                    if let Err(e) = upload.write(data).await {
+                    if let Err(e) = u.write(data).await {
                         return Outcome::Failed(e);
                     }
                 }
                 held = (len < part_size).then_some(permit);
             }
+            ToObject::Bundle(out, permit) => {
+                let mut uploads = Vec::with_capacity(out.files.len());
+                for (file, data) in out.files {
+                    let mut u = match store.put_multipart(&file).await {
+                        Ok(u) => u,
+                        Err(e) => return Outcome::Failed(e),
+                    };
+                    if let Err(e) = u.write(Bytes::from(data)).await {
+                        return Outcome::Failed(e);
+                    }
+                    uploads.push((file, u));
+                }
+                bundle = Some((uploads, out.window));
+                held = Some(permit);
+            }
             ToObject::End(end) => {
+                let took = started.elapsed();
+                if let Some((uploads, window)) = bundle {
+                    return Outcome::Bundle {
+                        uploads,
+                        window,
+                        end,
+                        took,
+                        _held: held,
+                    };
+                }
+                let upload = match upload {
+                    Some(u) => u,
+                    None => match store.put_multipart(&key).await {
+                        Ok(u) => u,
+                        Err(e) => return Outcome::Failed(e),
+                    },
+                };
                 return Outcome::Ready {
                     upload,
                     end,
-                    took: started.elapsed(),
+                    took,
                     _held: held,
-                }
+                };
             }
         }
     }
@@ -254,6 +309,9 @@ pub(super) async fn sequence(
                         drop(o);
                     }
                     Some(o) => {
+                        if let Some(req) = o.window {
+                            tokio::spawn(load_window(cx.clone(), tp.clone(), req, flags.clone()));
+                        }
                         let task = tokio::spawn(upload_object(cx.store.clone(), o.key.clone(), o.parts));
                         queue.push_back(InFlight { seq: o.seq, key: o.key, first: o.first_offset, task });
                     }
@@ -360,6 +418,13 @@ async fn finish_head(
     let (upload, end, took) = match outcome {
         Outcome::Discarded => return Ok(None),
         Outcome::Failed(e) => return Err(e),
+        Outcome::Bundle {
+            uploads,
+            window,
+            end,
+            took,
+            ..
+        } => return finish_bundle(tp, head, uploads, window, end, took, cx, flags, stale).await,
         Outcome::Ready {
             upload, end, took, ..
         } => (upload, end, took),
@@ -371,6 +436,7 @@ async fn finish_head(
         last_offset: end.last_offset,
         next_offset: end.last_offset + 1,
         records: end.records,
+        files: Vec::new(),
     };
     // The seal first: an object that exists always has one while it is not committed.
     store.put(&own_seal, Bytes::from(seal_json(&seal))).await?;
@@ -410,17 +476,7 @@ async fn finish_head(
             if store.delete(&own_seal).await.is_err() {
                 stale.push(own_seal);
             }
-            let m = &cx.metrics;
-            m.objects.increment(1);
-            m.written_records.increment(end.records);
-            m.written_bytes.increment(end.bytes);
-            m.upload_seconds.record(took.as_secs_f64());
-            if let Ok(mut s) = cx.stats.lock() {
-                s.objects += 1;
-                s.records += end.records;
-                s.bytes += end.bytes;
-            }
-            flags.stored.fetch_add(1, Ordering::Relaxed);
+            count_stored(cx, flags, &end, took, 1);
             tracing::info!(task = %cx.task, object = %store.location(&head.key), records = end.records, bytes = end.bytes, ms = took.as_millis() as u64, reason = end.reason.as_str(), "stored");
             Ok(None)
         }
@@ -440,6 +496,197 @@ async fn finish_head(
             Ok(rewind_until_done(cx, tp, None, false, flags).await)
         }
     }
+}
+
+/// Counts a stored and committed object (or bundle of `objects` files).
+fn count_stored(cx: &UploadContext, flags: &PartitionFlags, end: &ObjectEnd, took: Duration, objects: u64) {
+    let m = &cx.metrics;
+    m.objects.increment(objects);
+    m.written_records.increment(end.records);
+    m.written_bytes.increment(end.bytes);
+    m.upload_seconds.record(took.as_secs_f64());
+    if let Some(c) = end.cdc {
+        m.cdc_changes.increment(c.changes);
+        m.cdc_repeats.increment(c.repeats);
+        m.cdc_malformed.increment(c.malformed);
+        m.cdc_verbatim.increment(c.verbatim);
+    }
+    if let Ok(mut s) = cx.stats.lock() {
+        s.objects += objects;
+        s.records += end.records;
+        s.bytes += end.bytes;
+        if let Some(c) = end.cdc {
+            s.cdc.changes += c.changes;
+            s.cdc.repeats += c.repeats;
+            s.cdc.malformed += c.malformed;
+            s.cdc.verbatim += c.verbatim;
+            s.cdc.messages += c.messages;
+        }
+    }
+    flags.stored.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Answers a writer's request for the repeat window its bundle goes on from: the stored state
+/// at or before the bundle's first offset (none: an empty window). Retries while the store
+/// fails, until the writer no longer waits or the partition is revoked.
+async fn load_window(cx: Arc<UploadContext>, tp: Tp, req: WindowRequest, flags: Arc<PartitionFlags>) {
+    let prefix = super::cdc::window_prefix(&cx.dir, &tp.topic, tp.partition);
+    let mut pause = None;
+    loop {
+        let found = async {
+            let listed = cx.store.list(&prefix).await?;
+            let keys: Vec<String> = listed.into_iter().map(|o| o.key).collect();
+            let Some(key) = super::cdc::state_for(&keys, req.first_offset) else {
+                return Ok::<_, StoreError>(None);
+            };
+            let raw = cx.store.get(key).await?;
+            serde_json::from_slice::<super::cdc::WindowState>(&raw)
+                .map(Some)
+                .map_err(|e| {
+                    StoreError::new(
+                        ErrorKind::InvalidInput,
+                        cx.store.location(key),
+                        format!("is not a repeat window state ({e}); remove it, and repeats of the changes before it are no longer recognised"),
+                    )
+                })
+        }
+        .await;
+        match found {
+            Ok(state) => {
+                if state.is_none() && req.first_offset > 0 {
+                    tracing::info!(task = %cx.task, topic = %tp.topic, partition = tp.partition, offset = req.first_offset, "no stored repeat window for this position: repeats are recognised from here on");
+                }
+                let _ = req.reply.send(state.map(|s| s.ids).unwrap_or_default());
+                return;
+            }
+            Err(e) if fatal(&e) => {
+                cx.fatal.set(super::DumpError::Store {
+                    task: cx.task.clone(),
+                    source: e,
+                });
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, error = %e, "reading the stored repeat window failed; retrying");
+            }
+        }
+        if req.reply.is_closed() || flags.revoked.load(Ordering::Relaxed) || cx.fatal.is_set() {
+            return;
+        }
+        let p = next_backoff(pause);
+        pause = Some(p);
+        tokio::time::sleep(p).await;
+    }
+}
+
+/// Makes a CDC bundle visible and commits it as one. Every file is created only if its key
+/// is free; a key already taken is fine only when an unfinished attempt at the same range (a
+/// seal with the same end) made it, since that attempt wrote the same contents. An earlier
+/// attempt that ended elsewhere and made some file visible makes this one start over and end
+/// where that one did. Before the commit nothing is undone: the seal explains what is visible.
+#[allow(clippy::too_many_arguments)]
+async fn finish_bundle(
+    tp: &Tp,
+    head: &InFlight,
+    uploads: Vec<(String, Box<dyn MultipartUpload>)>,
+    window: (String, Vec<u8>),
+    end: ObjectEnd,
+    took: Duration,
+    cx: &UploadContext,
+    flags: &PartitionFlags,
+    stale: &mut Vec<String>,
+) -> Result<Option<u64>, StoreError> {
+    let store = &cx.store;
+    let first = head.first;
+    let mut explained: std::collections::HashSet<(String, String)> = Default::default();
+    let mut done_seals = Vec::new();
+    for o in store.list(&seal_dir(&cx.dir, tp, first)).await? {
+        let raw = match store.get(&o.key).await {
+            Ok(r) => r,
+            Err(e) if e.kind == ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        let Ok(seal) = serde_json::from_slice::<Seal>(&raw) else {
+            done_seals.push(o.key);
+            continue;
+        };
+        if seal.last_offset == end.last_offset {
+            explained.extend(seal.files.iter().cloned());
+            done_seals.push(o.key);
+            continue;
+        }
+        let mut visible = false;
+        for (file, tag) in &seal.files {
+            if store.tag_of(file).await?.as_deref() == Some(tag.as_str()) {
+                visible = true;
+                break;
+            }
+        }
+        if !visible {
+            // That attempt made nothing visible: its seal is litter.
+            done_seals.push(o.key);
+            continue;
+        }
+        tracing::info!(task = %cx.task, topic = %tp.topic, partition = tp.partition, first, end = seal.last_offset, "an earlier attempt at this bundle ended elsewhere and left files: writing it again to end where that one did");
+        drop(uploads);
+        return Ok(rewind_cut(cx, tp, first, seal.last_offset, flags).await);
+    }
+    store.put(&window.0, Bytes::from(window.1)).await?;
+    let files: Vec<(String, String)> = uploads
+        .iter()
+        .map(|(k, u)| (k.clone(), u.tag().to_string()))
+        .collect();
+    let tag = files.first().map(|(_, t)| t.clone()).unwrap_or_default();
+    let own_seal = seal_key(&cx.dir, tp, first, &tag);
+    let seal = Seal {
+        key: head.key.clone(),
+        last_offset: end.last_offset,
+        next_offset: end.last_offset + 1,
+        records: end.records,
+        files,
+    };
+    store.put(&own_seal, Bytes::from(seal_json(&seal))).await?;
+    let count = uploads.len() as u64;
+    for (key, u) in uploads {
+        if u.finish(Finish::CreateNew).await? == Finished::Exists {
+            let t = store.tag_of(&key).await?;
+            if !t.is_some_and(|t| explained.contains(&(key.clone(), t))) {
+                return Err(StoreError::new(
+                    ErrorKind::Service,
+                    store.location(&key),
+                    "exists, and no unfinished attempt at this bundle made it (another member may have stored this range; if not, the directory holds a foreign object: move it away); retrying from the bundle's first offset",
+                ));
+            }
+        }
+    }
+    if !commit_until_done(cx, tp, end.last_offset + 1, flags).await {
+        tracing::info!(task = %cx.task, topic = %tp.topic, partition = tp.partition, first, "bundle stored, but the partition was revoked before its offsets were committed; its new owner writes it again with the same contents");
+        return Ok(None);
+    }
+    for k in std::iter::once(own_seal).chain(done_seals) {
+        if store.delete(&k).await.is_err() {
+            stale.push(k);
+        }
+    }
+    // Window states of other positions are no longer needed (the committed one is kept).
+    if let Ok(states) = store
+        .list(&super::cdc::window_prefix(&cx.dir, &tp.topic, tp.partition))
+        .await
+    {
+        for s in states.into_iter().filter(|s| s.key != window.0) {
+            if store.delete(&s.key).await.is_err() {
+                stale.push(s.key);
+            }
+        }
+    }
+    count_stored(cx, flags, &end, took, count);
+    let c = end.cdc.unwrap_or_default();
+    tracing::info!(task = %cx.task, bundle = %store.location(&head.key), files = count, messages = end.records, changes = c.changes, repeats = c.repeats, malformed = c.malformed, bytes = end.bytes, ms = took.as_millis() as u64, reason = end.reason.as_str(), "stored");
+    Ok(None)
+}
+
+async fn rewind_cut(cx: &UploadContext, tp: &Tp, to: i64, cut: i64, flags: &PartitionFlags) -> Option<u64> {
+    rewind_with(cx, tp, Some(to), false, Some(cut), flags).await
 }
 
 /// The seal of the object holding the head's key (its writer's), with the seal's key.
@@ -506,13 +753,20 @@ async fn commit_until_done(
     }
 }
 
-async fn rewind(cx: &UploadContext, tp: &Tp, to: Option<i64>, commit: bool) -> Result<u64, String> {
+async fn rewind(
+    cx: &UploadContext,
+    tp: &Tp,
+    to: Option<i64>,
+    commit: bool,
+    cut: Option<i64>,
+) -> Result<u64, String> {
     let (ack, rx) = oneshot::channel();
     cx.control
         .send(Control::Rewind {
             tp: tp.clone(),
             to,
             commit,
+            cut,
             ack,
         })
         .map_err(|_| "the poll loop stopped".to_string())?;
@@ -526,9 +780,20 @@ async fn rewind_until_done(
     commit: bool,
     flags: &PartitionFlags,
 ) -> Option<u64> {
+    rewind_with(cx, tp, to, commit, None, flags).await
+}
+
+async fn rewind_with(
+    cx: &UploadContext,
+    tp: &Tp,
+    to: Option<i64>,
+    commit: bool,
+    cut: Option<i64>,
+    flags: &PartitionFlags,
+) -> Option<u64> {
     let mut pause = None;
     loop {
-        match rewind(cx, tp, to, commit).await {
+        match rewind(cx, tp, to, commit, cut).await {
             Ok(e) => return Some(e),
             Err(why) => {
                 tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, %why, "rewinding the partition failed; retrying");
@@ -553,6 +818,7 @@ mod tests {
             last_offset: next - 1,
             next_offset: next,
             records: 1,
+            files: Vec::new(),
         }
     }
 

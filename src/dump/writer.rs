@@ -8,6 +8,7 @@
 //! its parts and its end on the object's own channel.
 
 use super::batch::Batch;
+use super::cdc::{Bundle, Counts, WindowState};
 use super::budget::{ByteBudget, Permit};
 use super::roll::{self, RollReason};
 use super::upload::PartitionFlags;
@@ -22,7 +23,7 @@ use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// What the poll loop tells a writer.
 pub(super) enum ToWriter {
@@ -37,11 +38,14 @@ pub(super) enum ToWriter {
         tp: Tp,
         batch: Batch,
     },
-    /// The partition was rewound to `from`: drop its open object and older records.
+    /// The partition was rewound to `from`: drop its open object and older records. With
+    /// `cut`, the next object ends exactly after that offset (a CDC bundle written again as an
+    /// earlier attempt ended).
     Reset {
         tp: Tp,
         epoch: u64,
         from: i64,
+        cut: Option<i64>,
     },
     Revoked {
         tp: Tp,
@@ -62,12 +66,28 @@ pub(super) struct Opened {
     pub key: String,
     pub first_offset: i64,
     pub parts: mpsc::Receiver<ToObject>,
+    /// A CDC bundle whose writer has no repeat window yet: the sequencer loads the stored one.
+    pub window: Option<WindowRequest>,
+}
+
+/// Asks for the repeat window a bundle starting at `first_offset` goes on from.
+pub(super) struct WindowRequest {
+    pub first_offset: i64,
+    pub reply: oneshot::Sender<Vec<String>>,
+}
+
+/// A finished CDC bundle: every file, and the repeat window after it.
+pub(super) struct BundleOut {
+    pub files: Vec<(String, Vec<u8>)>,
+    pub window: (String, Vec<u8>),
 }
 
 /// What flows on one object's channel: its parts, then its end.
 pub(super) enum ToObject {
     /// A part, as the chunks it was filled in.
     Part(Vec<Bytes>, Permit),
+    /// A CDC bundle's files, all at once (then its end).
+    Bundle(BundleOut, Permit),
     End(ObjectEnd),
 }
 
@@ -79,6 +99,8 @@ pub(super) struct ObjectEnd {
     /// The object's exact stored size.
     pub bytes: u64,
     pub reason: RollReason,
+    /// What a CDC bundle counted.
+    pub cdc: Option<Counts>,
 }
 
 /// Settings and shared state of a task's writers.
@@ -119,6 +141,9 @@ struct Writer {
 }
 
 struct PartitionWriter {
+    tp: Tp,
+    /// Room for the parts and bundles handed on.
+    in_flight: Arc<ByteBudget>,
     epoch: u64,
     /// Records below this offset are dropped (set by a rewind).
     from: i64,
@@ -128,11 +153,42 @@ struct PartitionWriter {
     open: Option<OpenObject>,
     /// The current object's sequencer hung up: drop records until a rewind or revocation.
     discarding: bool,
+    /// CDC: the ids of the changes before the next record (`None`: to be loaded).
+    window: Option<crate::format::cdc::RepeatWindow>,
+    /// The next object ends right after this offset (no other roll before it).
+    cut: Option<i64>,
+}
+
+/// What an open object is being written as.
+enum Body {
+    Records(Encoder<PartSink>),
+    /// A CDC bundle, encoded when it closes; its files go to the upload at once.
+    Cdc {
+        bundle: Bundle,
+        tx: mpsc::Sender<ToObject>,
+    },
+}
+
+impl Body {
+    fn memory_bytes(&self) -> usize {
+        match self {
+            Body::Records(e) => e.memory_bytes(),
+            Body::Cdc { bundle, .. } => bundle.memory_bytes(),
+        }
+    }
+
+    /// The size the size roll looks at (a bundle's raw message bytes: its files are smaller).
+    fn output_bytes(&self) -> u64 {
+        match self {
+            Body::Records(e) => e.output_bytes(),
+            Body::Cdc { bundle, .. } => bundle.bytes as u64,
+        }
+    }
 }
 
 struct OpenObject {
     seq: u64,
-    encoder: Encoder<PartSink>,
+    body: Body,
     key: String,
     last_offset: i64,
     period: NaiveDateTime,
@@ -151,8 +207,10 @@ impl Writer {
                 flags,
             } => {
                 self.parts.insert(
-                    tp,
+                    tp.clone(),
                     PartitionWriter {
+                        tp,
+                        in_flight: self.cx.in_flight.clone(),
                         epoch,
                         from: 0,
                         objects,
@@ -160,17 +218,27 @@ impl Writer {
                         next_seq: 0,
                         open: None,
                         discarding: false,
+                        window: None,
+                        cut: None,
                     },
                 );
             }
             ToWriter::Batch { tp, batch } => self.batch(&tp, batch)?,
-            ToWriter::Reset { tp, epoch, from } => {
+            ToWriter::Reset {
+                tp,
+                epoch,
+                from,
+                cut,
+            } => {
                 if let Some(p) = self.parts.get_mut(&tp) {
                     // Dropping the open object's channel without an end discards its upload.
                     p.open = None;
                     p.epoch = epoch;
                     p.from = from;
                     p.discarding = false;
+                    // The window went on past what is read again: load the one stored for it.
+                    p.window = None;
+                    p.cut = cut;
                 }
             }
             ToWriter::Revoked { tp } => {
@@ -186,9 +254,11 @@ impl Writer {
             ToWriter::Tick => {
                 let now = Instant::now();
                 for p in self.parts.values_mut() {
-                    if p.open.as_ref().is_some_and(|o| {
-                        roll::interval_due(o.opened_at, now, self.cx.task.interval)
-                    }) {
+                    if p.cut.is_none()
+                        && p.open.as_ref().is_some_and(|o| {
+                            roll::interval_due(o.opened_at, now, self.cx.task.interval)
+                        })
+                    {
                         p.close(&self.cx.task, RollReason::Interval)?;
                     }
                 }
@@ -242,7 +312,14 @@ impl Writer {
         if self.held <= self.cx.open_limit {
             return Ok(());
         }
-        let tps: Vec<Tp> = self.parts.keys().cloned().collect();
+        // A bundle that must end at a given offset is left alone: a forced end elsewhere would
+        // write its keys with other contents.
+        let tps: Vec<Tp> = self
+            .parts
+            .iter()
+            .filter(|(_, p)| p.cut.is_none())
+            .map(|(t, _)| t.clone())
+            .collect();
         let sizes: Vec<usize> = tps
             .iter()
             .map(|t| self.parts.get(t).map_or(0, PartitionWriter::memory))
@@ -265,7 +342,7 @@ impl Writer {
 
 impl PartitionWriter {
     fn memory(&self) -> usize {
-        self.open.as_ref().map_or(0, |o| o.encoder.memory_bytes())
+        self.open.as_ref().map_or(0, |o| o.body.memory_bytes())
     }
 
     fn append(
@@ -290,6 +367,10 @@ impl PartitionWriter {
         {
             self.close(task, RollReason::TimeDirectory)?;
         }
+        if self.cut.is_some_and(|cut| r.offset > cut) {
+            self.cut = None;
+            self.close(task, RollReason::Cut)?;
+        }
         if self.open.is_none() {
             let Some(open) = self.open_object(tp, r.offset, period, cx)? else {
                 self.discarding = true;
@@ -300,7 +381,26 @@ impl PartitionWriter {
         let Some(o) = self.open.as_mut() else {
             return Ok(());
         };
-        match o.encoder.append(r) {
+        let appended = match &mut o.body {
+            Body::Records(e) => e.append(r),
+            Body::Cdc { bundle, .. } => {
+                let (Some(window), Some(cdc)) = (self.window.as_mut(), task.cdc.as_ref()) else {
+                    return Err(no_window(task));
+                };
+                match bundle.push(&tp.topic, r, window, cdc, task.format.compression) {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(m)) => {
+                        return Err(super::DumpError::Malformed {
+                            task: task.name.to_string(),
+                            topic: tp.topic.to_string(),
+                            source: m,
+                        })
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        };
+        match appended {
             Ok(()) => {}
             Err(e) if discarded(&e) => {
                 self.open = None;
@@ -310,7 +410,12 @@ impl PartitionWriter {
             Err(e) => return Err(encode_error(task, &o.key, e)),
         }
         o.last_offset = r.offset;
-        if roll::rolls_on_size(o.encoder.output_bytes(), task.max_file_size.bytes()) {
+        if let Some(cut) = self.cut {
+            if r.offset >= cut {
+                self.cut = None;
+                self.close(task, RollReason::Cut)?;
+            }
+        } else if roll::rolls_on_size(o.body.output_bytes(), task.max_file_size.bytes()) {
             self.close(task, RollReason::Size)?;
         }
         Ok(())
@@ -335,12 +440,27 @@ impl PartitionWriter {
         let (tx, rx) = mpsc::channel(2);
         let seq = self.next_seq;
         self.next_seq += 1;
+        let cdc = task.cdc.as_ref();
+        let (window, loaded) = match cdc {
+            Some(_) if self.window.is_none() => {
+                let (reply, rx) = oneshot::channel();
+                (
+                    Some(WindowRequest {
+                        first_offset,
+                        reply,
+                    }),
+                    Some(rx),
+                )
+            }
+            _ => (None, None),
+        };
         let opened = Opened {
             seq,
             epoch: self.epoch,
             key: key.clone(),
             first_offset,
             parts: rx,
+            window,
         };
         // Counted before it is sent: from here until the sequencer is done with it, the
         // partition is not idle (a `--once` run must not commit past it).
@@ -350,12 +470,32 @@ impl PartitionWriter {
             return Ok(None);
         }
         tracing::debug!(task = %task.name, key = %key, seq, first_offset, "object opened");
-        let sink = PartSink::new(tx, cx.in_flight.clone(), cx.part_size);
-        let encoder =
-            Encoder::new(&task.format, &tp.topic, sink).map_err(|e| encode_error(task, &key, e))?;
+        if let (Some(rx), Some(cdc)) = (loaded, cdc) {
+            // The sequencer answers once it read the stored window; it hangs up when the
+            // object went stale (a rewind) or the partition was revoked.
+            let Ok(ids) = rx.blocking_recv() else {
+                return Ok(None);
+            };
+            self.window = Some(crate::format::cdc::RepeatWindow::from_state(
+                cdc.repeat_window,
+                ids,
+            ));
+        }
+        let body = if cdc.is_some() {
+            Body::Cdc {
+                bundle: Bundle::new(first_offset),
+                tx,
+            }
+        } else {
+            let sink = PartSink::new(tx, cx.in_flight.clone(), cx.part_size);
+            Body::Records(
+                Encoder::new(&task.format, &tp.topic, sink)
+                    .map_err(|e| encode_error(task, &key, e))?,
+            )
+        };
         Ok(Some(OpenObject {
             seq,
-            encoder,
+            body,
             key,
             last_offset: first_offset,
             span: task.time_directory.exact_span(period, task.time_zone),
@@ -369,7 +509,17 @@ impl PartitionWriter {
         let Some(o) = self.open.take() else {
             return Ok(());
         };
-        let done = match o.encoder.finish() {
+        let encoder = match o.body {
+            Body::Records(e) => e,
+            Body::Cdc { bundle, tx } => {
+                let window = self.window.as_ref().map(|w| WindowState {
+                    next_offset: o.last_offset + 1,
+                    ids: w.state().map(str::to_string).collect(),
+                });
+                return self.close_bundle(task, &o.key, o.period, bundle, tx, window, o.last_offset, reason);
+            }
+        };
+        let done = match encoder.finish() {
             Ok(d) => d,
             Err(e) if discarded(&e) => {
                 self.discarding = true;
@@ -385,12 +535,77 @@ impl PartitionWriter {
             records: done.records,
             bytes: done.out.written,
             reason,
+            cdc: None,
         };
         tracing::debug!(task = %task.name, key = %o.key, seq = o.seq, reason = reason.as_str(), records = done.records, "object closed");
         if done.out.end(end).is_err() {
             self.discarding = true;
         }
         Ok(())
+    }
+}
+
+impl PartitionWriter {
+    /// Encodes a bundle's files and hands them, with the window after them, to the upload.
+    #[allow(clippy::too_many_arguments)]
+    fn close_bundle(
+        &mut self,
+        task: &DumpTask,
+        key: &str,
+        period: NaiveDateTime,
+        bundle: Bundle,
+        tx: mpsc::Sender<ToObject>,
+        window: Option<WindowState>,
+        last_offset: i64,
+        reason: RollReason,
+    ) -> Result<(), super::DumpError> {
+        let (Some(window), Some(cdc)) = (window, task.cdc.as_ref()) else {
+            return Err(no_window(task));
+        };
+        let first = bundle.first_offset;
+        let tp_topic = self.tp.topic.clone();
+        let done = bundle
+            .finish(
+                &task.directory,
+                &task.time_directory.render(period),
+                &tp_topic,
+                self.tp.partition,
+                task.format.compression,
+                cdc.time_zone,
+            )
+            .map_err(|e| encode_error(task, key, e))?;
+        let bytes: usize = done.files.iter().map(|(_, b)| b.len()).sum();
+        let state_key =
+            super::cdc::window_key(&task.directory, &tp_topic, self.tp.partition, window.next_offset);
+        // Plain structs serialize to JSON without failing.
+        let state = serde_json::to_vec(&window).unwrap_or_default();
+        let end = ObjectEnd {
+            last_offset,
+            records: done.counts.messages,
+            bytes: bytes as u64,
+            reason,
+            cdc: Some(done.counts),
+        };
+        tracing::debug!(task = %task.name, key = %key, first, files = done.files.len(), reason = reason.as_str(), "bundle closed");
+        let permit = self.in_flight.acquire(bytes + state.len());
+        let out = BundleOut {
+            files: done.files,
+            window: (state_key, state),
+        };
+        if tx.blocking_send(ToObject::Bundle(out, permit)).is_err()
+            || tx.blocking_send(ToObject::End(end)).is_err()
+        {
+            self.discarding = true;
+        }
+        Ok(())
+    }
+}
+
+/// An open bundle always has its partition's window; not having it is a bug, not a skip.
+fn no_window(task: &DumpTask) -> super::DumpError {
+    super::DumpError::Worker {
+        task: task.name.to_string(),
+        detail: "a CDC bundle is open without its repeat window".into(),
     }
 }
 

@@ -1,0 +1,403 @@
+//! A CDC task's objects: the messages of one offset range of a partition become a *bundle*,
+//! one Parquet file per source table (`<dir>/<db.schema.table>/<time dir>/`), plus the
+//! messages kept whole: repeats (`_repeats/`), malformed ones (`_errors/`) and those the
+//! table rows cannot rebuild exactly (`_verbatim/`). Every file of a bundle is named by the
+//! bundle's first offset, so a replay of the range writes the same keys; the upload stage makes
+//! a bundle visible and commits it as one (see `upload`). Pure apart from the encoders.
+
+use crate::config::{CdcOptions, OnMalformed};
+use crate::format::cdc::{self, ColumnType, RepeatWindow};
+use crate::format::cdc_table::{self, Position, TableSchema};
+use crate::format::{Compression, EncodeError, Encoder, FormatKind, FormatSpec, RecordView};
+use crate::layout::{DumpDir, ObjectName};
+use chrono_tz::Tz;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Directories of the messages a bundle keeps whole, beside the tables.
+pub const REPEATS: &str = "_repeats";
+pub const ERRORS: &str = "_errors";
+pub const VERBATIM: &str = "_verbatim";
+
+/// What a bundle counted.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub messages: u64,
+    /// Changes written to tables.
+    pub changes: u64,
+    /// Changes left out of the tables as repeats.
+    pub repeats: u64,
+    pub malformed: u64,
+    /// Messages also kept whole because their rows do not rebuild them exactly.
+    pub verbatim: u64,
+}
+
+/// A message that stops the task (`on_malformed = "fail"`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("partition {partition} offset {offset} is not a CDC message: {why}; set [tasks.cdc] on_malformed = \"keep\" to store such messages under _errors/ instead")]
+pub struct MalformedAt {
+    pub partition: i32,
+    pub offset: i64,
+    pub why: String,
+}
+
+struct Table {
+    schema: TableSchema,
+    rows: Vec<(Position, cdc::Change)>,
+}
+
+/// The open bundle of a partition.
+pub struct Bundle {
+    pub first_offset: i64,
+    tables: BTreeMap<String, Table>,
+    sides: BTreeMap<&'static str, Encoder<Vec<u8>>>,
+    /// Memory the bundle holds, roughly (rows and their text, side encoders).
+    pub bytes: usize,
+    pub counts: Counts,
+}
+
+/// A finished bundle: its files (key, bytes), in key order.
+pub struct Files {
+    pub files: Vec<(String, Vec<u8>)>,
+    pub counts: Counts,
+}
+
+/// The side encoders write records as the lossless Parquet format does.
+fn side_spec(compression: Compression) -> FormatSpec {
+    FormatSpec {
+        kind: FormatKind::Parquet,
+        compression,
+        text: Default::default(),
+    }
+}
+
+/// A table's directory level, kept apart from the side directories and strata's `.strata/`.
+pub fn table_level(c: &cdc::Change) -> String {
+    let d = cdc::table_dir(c.database.as_deref(), c.schema.as_deref(), &c.table);
+    match d.as_bytes().first() {
+        Some(b @ (b'_' | b'.')) => format!("%{b:02X}{}", &d[1..]),
+        _ => d,
+    }
+}
+
+impl Bundle {
+    pub fn new(first_offset: i64) -> Self {
+        Self {
+            first_offset,
+            tables: BTreeMap::new(),
+            sides: BTreeMap::new(),
+            bytes: 0,
+            counts: Counts::default(),
+        }
+    }
+
+    fn keep(
+        &mut self,
+        side: &'static str,
+        topic: &str,
+        r: &RecordView<'_>,
+        compression: Compression,
+    ) -> Result<(), EncodeError> {
+        let e = match self.sides.entry(side) {
+            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::btree_map::Entry::Vacant(v) => {
+                v.insert(Encoder::in_memory(&side_spec(compression), topic)?)
+            }
+        };
+        e.append(r)
+    }
+
+    /// Adds one message: its new changes to their tables, the message itself to a side when it
+    /// holds repeats, is malformed, or does not rebuild from rows.
+    pub fn push(
+        &mut self,
+        topic: &str,
+        r: &RecordView<'_>,
+        window: &mut RepeatWindow,
+        opts: &CdcOptions,
+        compression: Compression,
+    ) -> Result<Result<(), MalformedAt>, EncodeError> {
+        self.counts.messages += 1;
+        let value = r.value.unwrap_or_default();
+        self.bytes += value.len() + r.key.map_or(0, <[u8]>::len) + 64;
+        let parsed = match r.value {
+            None => Err("the value is null (a tombstone)".to_string()),
+            Some(v) => cdc::parse(v, opts.time_zone).map_err(|e| e.to_string()),
+        };
+        let parsed = match parsed {
+            Ok(p) => p,
+            Err(why) => {
+                if opts.on_malformed == OnMalformed::Fail {
+                    return Ok(Err(MalformedAt {
+                        partition: r.partition,
+                        offset: r.offset,
+                        why,
+                    }));
+                }
+                self.counts.malformed += 1;
+                self.keep(ERRORS, topic, r, compression)?;
+                return Ok(Ok(()));
+            }
+        };
+        let mut plain = parsed.plain && r.headers.is_empty();
+        let mut repeated = 0u64;
+        let key = r.key.map(bytes::Bytes::copy_from_slice);
+        for c in parsed.changes {
+            if c.global_id.as_deref().is_some_and(|id| window.check(id)) {
+                repeated += 1;
+                continue;
+            }
+            let level = table_level(&c);
+            let types = opts.types.get(&level);
+            if let Some(types) = types {
+                plain &= [&c.new_values, &c.old_values]
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|m| m.iter())
+                    .all(|(col, v)| match (types.get(col), v) {
+                        (Some(ty), Some(raw)) if *ty != ColumnType::String => {
+                            cdc::renders_back(raw, *ty, opts.time_zone)
+                        }
+                        _ => true,
+                    });
+            }
+            let t = self.tables.entry(level).or_insert_with(|| Table {
+                schema: TableSchema::new(types.cloned().unwrap_or_default(), opts.time_zone),
+                rows: Vec::new(),
+            });
+            t.schema.widen(&c);
+            self.bytes += 160;
+            t.rows.push((
+                Position {
+                    topic: topic.to_string(),
+                    partition: r.partition,
+                    offset: r.offset,
+                    timestamp: r.timestamp,
+                    key: key.clone(),
+                },
+                c,
+            ));
+            self.counts.changes += 1;
+        }
+        if repeated > 0 {
+            self.counts.repeats += repeated;
+            self.keep(REPEATS, topic, r, compression)?;
+        } else if !plain {
+            self.counts.verbatim += 1;
+            self.keep(VERBATIM, topic, r, compression)?;
+        }
+        Ok(Ok(()))
+    }
+
+    pub fn memory_bytes(&self) -> usize {
+        self.bytes + self.sides.values().map(Encoder::memory_bytes).sum::<usize>()
+    }
+
+    /// Encodes the bundle's files, named by its first offset under `time_dir`.
+    pub fn finish(
+        self,
+        dir: &DumpDir,
+        time_dir: &str,
+        topic: &str,
+        partition: i32,
+        compression: Compression,
+        tz: Tz,
+    ) -> Result<Files, EncodeError> {
+        let name = ObjectName {
+            topic: topic.to_string(),
+            partition,
+            first_offset: self.first_offset,
+            extension: "parquet".into(),
+        };
+        let key = |level: &str| format!("{}{level}/{time_dir}/{name}", dir.prefix());
+        let mut files = Vec::new();
+        for (level, t) in self.tables {
+            let batch = t.schema.batch(&t.rows)?;
+            files.push((key(&level), cdc_table::to_parquet(&batch, compression, tz)?));
+        }
+        for (side, e) in self.sides {
+            files.push((key(side), e.finish()?.out));
+        }
+        files.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(Files {
+            files,
+            counts: self.counts,
+        })
+    }
+}
+
+/// A partition's repeat window as stored with its bundles, for the offset it holds up to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WindowState {
+    /// The window holds the ids of every change before this offset.
+    pub next_offset: i64,
+    pub ids: Vec<String>,
+}
+
+/// Where the window state for `next` lives: `<dir>/.strata/cdc/<topic>/<partition>/<next>.json`.
+pub fn window_key(dir: &DumpDir, topic: &str, partition: i32, next: i64) -> String {
+    format!("{}{next:020}.json", window_prefix(dir, topic, partition))
+}
+
+pub fn window_prefix(dir: &DumpDir, topic: &str, partition: i32) -> String {
+    format!("{}.strata/cdc/{topic}/{partition}/", dir.prefix())
+}
+
+/// The offset a window state key holds up to.
+pub fn window_offset(key: &str) -> Option<i64> {
+    let file = key.rsplit('/').next()?;
+    let digits = file.strip_suffix(".json")?;
+    (digits.len() == 20).then(|| digits.parse().ok()).flatten()
+}
+
+/// Of the stored window states, the one a bundle starting at `first` goes on from: the latest
+/// at or before it (states of attempts that were never committed end later and are skipped).
+pub fn state_for(keys: &[String], first: i64) -> Option<&String> {
+    keys.iter()
+        .filter_map(|k| window_offset(k).map(|o| (o, k)))
+        .filter(|(o, _)| *o <= first)
+        .max_by_key(|(o, _)| *o)
+        .map(|(_, k)| k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::TimestampType;
+
+    fn opts(on_malformed: OnMalformed) -> CdcOptions {
+        CdcOptions {
+            time_zone: Tz::UTC,
+            repeat_window: 100,
+            on_malformed,
+            types: BTreeMap::from([(
+                "shop.orders".to_string(),
+                BTreeMap::from([(
+                    "amount".to_string(),
+                    ColumnType::Decimal {
+                        precision: 10,
+                        scale: 2,
+                    },
+                )]),
+            )]),
+        }
+    }
+
+    fn view(offset: i64, value: &str) -> RecordView<'_> {
+        RecordView {
+            partition: 3,
+            offset,
+            timestamp: Some(1_700_000_000_000),
+            timestamp_type: TimestampType::CreateTime,
+            key: Some(b"k"),
+            value: Some(value.as_bytes()),
+            headers: &[],
+        }
+    }
+
+    #[test]
+    fn changes_go_to_their_tables_and_whole_messages_to_the_sides() {
+        let o = opts(OnMalformed::Keep);
+        let mut w = RepeatWindow::new(100);
+        let mut b = Bundle::new(40);
+        let msgs = [
+            r#"[{"DATABASE":"shop","GLOBAL_ID":"g1","NEW_VALUES":{"amount":"1.00"},"TABLE":"orders","TYPE":"I"},{"DATABASE":"shop","GLOBAL_ID":"g2","NEW_VALUES":{"id":"1"},"TABLE":"users","TYPE":"I"}]"#,
+            // g1 again (a repeat) with a new change g3: g3 goes to the table, the message to _repeats.
+            r#"[{"DATABASE":"shop","GLOBAL_ID":"g1","NEW_VALUES":{"amount":"1.00"},"TABLE":"orders","TYPE":"I"},{"DATABASE":"shop","GLOBAL_ID":"g3","NEW_VALUES":{"amount":"2.00"},"TABLE":"orders","TYPE":"I"}]"#,
+            "not json",
+            // 1.5 renders back as 1.50: kept whole as well.
+            r#"[{"DATABASE":"shop","GLOBAL_ID":"g4","NEW_VALUES":{"amount":"1.5"},"TABLE":"orders","TYPE":"I"}]"#,
+        ];
+        for (i, m) in msgs.iter().enumerate() {
+            b.push("cdc", &view(40 + i as i64, m), &mut w, &o, Compression::Snappy)
+                .unwrap()
+                .unwrap();
+        }
+        assert_eq!(
+            b.counts,
+            Counts {
+                messages: 4,
+                changes: 4,
+                repeats: 1,
+                malformed: 1,
+                verbatim: 1
+            }
+        );
+        let dir = DumpDir::parse("arch").unwrap();
+        let f = b
+            .finish(&dir, "2023/11/14", "cdc", 3, Compression::Snappy, Tz::UTC)
+            .unwrap();
+        let keys: Vec<&str> = f.files.iter().map(|(k, _)| k.as_str()).collect();
+        let name = "cdc+3+00000000000000000040.parquet";
+        assert_eq!(
+            keys,
+            [
+                format!("arch/_errors/2023/11/14/{name}"),
+                format!("arch/_repeats/2023/11/14/{name}"),
+                format!("arch/_verbatim/2023/11/14/{name}"),
+                format!("arch/shop.orders/2023/11/14/{name}"),
+                format!("arch/shop.users/2023/11/14/{name}"),
+            ]
+        );
+        let orders = cdc_table::decode(bytes::Bytes::from(f.files[3].1.clone()), 1 << 30).unwrap();
+        let ids: Vec<_> = orders.iter().map(|r| r.change.global_id.clone().unwrap()).collect();
+        assert_eq!(ids, ["g1", "g3", "g4"]);
+        let spec = side_spec(Compression::Snappy);
+        let repeats =
+            crate::format::decode(&spec, "cdc", bytes::Bytes::from(f.files[1].1.clone()), 1 << 30)
+                .unwrap();
+        assert_eq!(repeats.len(), 1);
+        assert_eq!(repeats[0].offset, Some(41));
+        assert_eq!(repeats[0].value.as_deref(), Some(msgs[1].as_bytes()));
+    }
+
+    #[test]
+    fn a_malformed_message_stops_the_task_when_so_configured() {
+        let mut b = Bundle::new(0);
+        let err = b
+            .push(
+                "cdc",
+                &view(7, "[]"),
+                &mut RepeatWindow::new(10),
+                &opts(OnMalformed::Fail),
+                Compression::Snappy,
+            )
+            .unwrap()
+            .unwrap_err();
+        assert_eq!((err.partition, err.offset), (3, 7));
+        assert!(err.to_string().contains("on_malformed = \"keep\""), "{err}");
+    }
+
+    #[test]
+    fn tables_never_take_the_name_of_a_side_or_of_strata_s_own_directory() {
+        let c = |db: Option<&str>, t: &str| {
+            cdc::parse(
+                serde_json::json!([{"DATABASE": db, "TABLE": t, "TYPE": "I", "NEW_VALUES": {}}])
+                    .to_string()
+                    .as_bytes(),
+                Tz::UTC,
+            )
+            .unwrap()
+            .changes
+            .remove(0)
+        };
+        assert_eq!(table_level(&c(None, "_errors")), "%5Ferrors");
+        assert_eq!(table_level(&c(Some(""), "strata")), "%2Estrata");
+        assert_eq!(table_level(&c(Some("shop"), "orders")), "shop.orders");
+    }
+
+    #[test]
+    fn a_bundle_goes_on_from_the_latest_window_at_or_before_it() {
+        let dir = DumpDir::parse("d").unwrap();
+        let keys: Vec<String> = [0i64, 100, 250, 400]
+            .iter()
+            .map(|o| window_key(&dir, "t", 1, *o))
+            .collect();
+        assert_eq!(keys[1], "d/.strata/cdc/t/1/00000000000000000100.json");
+        assert_eq!(state_for(&keys, 250), Some(&keys[2]));
+        assert_eq!(state_for(&keys, 300), Some(&keys[2]));
+        assert_eq!(state_for(&keys, 99), Some(&keys[0]));
+        assert_eq!(state_for(&keys[1..], 50), None);
+        assert_eq!(window_offset("d/.strata/cdc/t/1/x.json"), None);
+    }
+}
