@@ -733,3 +733,74 @@ async fn five_hundred_partitions_stay_within_the_memory_budget() {
     eprintln!("500 partitions: peak RSS {} MiB", peak >> 20);
     assert!(peak <= 300 << 20, "peak RSS {} MiB", peak >> 20);
 }
+
+/// A CDC topic becomes one typed Parquet table per source table that DuckDB reads as it is:
+/// the final state and the number of distinct changes are exactly the source's, repeats are
+/// left out of the tables (also across two runs, the window is stored with the objects), and
+/// every message not in a table is kept whole beside them.
+#[tokio::test(flavor = "multi_thread")]
+async fn cdc_topics_become_typed_tables_without_repeats() {
+    let topic = unique("cdc");
+    create_topic(&topic, 3).await;
+    let data = cdc::generate(&topic, 3, 600, base_ts(), 7);
+    let root = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "{}{}",
+        file_toml(root.path()),
+        task_toml(
+            &unique("task"),
+            &topic,
+            "format = \"parquet\"\ndirectory = \"cdc\"\n[tasks.cdc]\n[tasks.cdc.types.\"shop.orders\"]\nid = \"int\"\namount = \"decimal(10,2)\"\n"
+        )
+    );
+    // Two runs, split where a restart sends messages of the first run again.
+    let split = data.restarts[data.restarts.len() / 2];
+    let mut summaries = Vec::new();
+    for part in [&data.records[..split], &data.records[split..]] {
+        produce(part).await;
+        summaries.push(dump_once(&toml).await.remove(0));
+    }
+    let c: Vec<_> = summaries.iter().map(|s| s.cdc).collect();
+    let sum = |f: fn(&strata::dump::cdc::Counts) -> u64| c.iter().map(f).sum::<u64>();
+    assert_eq!(sum(|c| c.messages), data.records.len() as u64);
+    assert_eq!(sum(|c| c.changes), data.changes as u64, "changes in tables");
+    assert_eq!(sum(|c| c.repeats), data.repeated as u64, "repeats left out");
+    assert_eq!(sum(|c| c.malformed), data.malformed as u64);
+    assert!(
+        sum(|c| c.verbatim) > 0,
+        "the unquoted numbers are kept whole"
+    );
+    assert!(
+        summaries[1].cdc.repeats > 0,
+        "a repeat of the first run's changes in the second"
+    );
+
+    let tables: Vec<&str> = cdc::table_dirs().into_iter().collect();
+    let (state, changes) = cdc::archive_state(&root.path().join("cdc"), &tables);
+    assert_eq!(changes, data.changes, "distinct changes in the tables");
+    assert_eq!(state, data.state, "the tables' final state is the source's");
+
+    // Beside the tables: the repeated and malformed messages, whole.
+    let store = FsStore::new(root.path().to_path_buf());
+    let side = |dir: &'static str| {
+        let store = &store;
+        async move {
+            read_archive(store, &format!("cdc/{dir}/"), TextOptions::default())
+                .await
+                .iter()
+                .map(|o| o.records.len())
+                .sum::<usize>()
+        }
+    };
+    assert_eq!(side("_errors").await, data.malformed);
+    let repeat_messages = data.restarts.len() * 3;
+    assert_eq!(side("_repeats").await, repeat_messages);
+    let seals = store.list("cdc/.strata/seals/").await.unwrap();
+    assert!(seals.is_empty(), "seals left: {seals:?}");
+    let windows = store.list("cdc/.strata/cdc/").await.unwrap();
+    assert_eq!(
+        windows.len(),
+        3,
+        "one window state per partition: {windows:?}"
+    );
+}

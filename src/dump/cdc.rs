@@ -190,7 +190,12 @@ impl Bundle {
     }
 
     pub fn memory_bytes(&self) -> usize {
-        self.bytes + self.sides.values().map(Encoder::memory_bytes).sum::<usize>()
+        self.bytes
+            + self
+                .sides
+                .values()
+                .map(Encoder::memory_bytes)
+                .sum::<usize>()
     }
 
     /// Encodes the bundle's files, named by its first offset under `time_dir`.
@@ -309,9 +314,15 @@ mod tests {
             r#"[{"DATABASE":"shop","GLOBAL_ID":"g4","NEW_VALUES":{"amount":"1.5"},"TABLE":"orders","TYPE":"I"}]"#,
         ];
         for (i, m) in msgs.iter().enumerate() {
-            b.push("cdc", &view(40 + i as i64, m), &mut w, &o, Compression::Snappy)
-                .unwrap()
-                .unwrap();
+            b.push(
+                "cdc",
+                &view(40 + i as i64, m),
+                &mut w,
+                &o,
+                Compression::Snappy,
+            )
+            .unwrap()
+            .unwrap();
         }
         assert_eq!(
             b.counts,
@@ -340,12 +351,19 @@ mod tests {
             ]
         );
         let orders = cdc_table::decode(bytes::Bytes::from(f.files[3].1.clone()), 1 << 30).unwrap();
-        let ids: Vec<_> = orders.iter().map(|r| r.change.global_id.clone().unwrap()).collect();
+        let ids: Vec<_> = orders
+            .iter()
+            .map(|r| r.change.global_id.clone().unwrap())
+            .collect();
         assert_eq!(ids, ["g1", "g3", "g4"]);
         let spec = side_spec(Compression::Snappy);
-        let repeats =
-            crate::format::decode(&spec, "cdc", bytes::Bytes::from(f.files[1].1.clone()), 1 << 30)
-                .unwrap();
+        let repeats = crate::format::decode(
+            &spec,
+            "cdc",
+            bytes::Bytes::from(f.files[1].1.clone()),
+            1 << 30,
+        )
+        .unwrap();
         assert_eq!(repeats.len(), 1);
         assert_eq!(repeats[0].offset, Some(41));
         assert_eq!(repeats[0].value.as_deref(), Some(msgs[1].as_bytes()));

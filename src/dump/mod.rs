@@ -10,7 +10,7 @@
 
 pub(crate) mod batch;
 mod budget;
-pub(crate) mod cdc;
+pub mod cdc;
 pub(crate) mod consumer;
 mod once;
 pub mod params;

@@ -499,7 +499,13 @@ async fn finish_head(
 }
 
 /// Counts a stored and committed object (or bundle of `objects` files).
-fn count_stored(cx: &UploadContext, flags: &PartitionFlags, end: &ObjectEnd, took: Duration, objects: u64) {
+fn count_stored(
+    cx: &UploadContext,
+    flags: &PartitionFlags,
+    end: &ObjectEnd,
+    took: Duration,
+    objects: u64,
+) {
     let m = &cx.metrics;
     m.objects.increment(objects);
     m.written_records.increment(end.records);
@@ -529,7 +535,12 @@ fn count_stored(cx: &UploadContext, flags: &PartitionFlags, end: &ObjectEnd, too
 /// Answers a writer's request for the repeat window its bundle goes on from: the stored state
 /// at or before the bundle's first offset (none: an empty window). Retries while the store
 /// fails, until the writer no longer waits or the partition is revoked.
-async fn load_window(cx: Arc<UploadContext>, tp: Tp, req: WindowRequest, flags: Arc<PartitionFlags>) {
+async fn load_window(
+    cx: Arc<UploadContext>,
+    tp: Tp,
+    req: WindowRequest,
+    flags: Arc<PartitionFlags>,
+) {
     let prefix = super::cdc::window_prefix(&cx.dir, &tp.topic, tp.partition);
     let mut pause = None;
     loop {
@@ -685,7 +696,13 @@ async fn finish_bundle(
     Ok(None)
 }
 
-async fn rewind_cut(cx: &UploadContext, tp: &Tp, to: i64, cut: i64, flags: &PartitionFlags) -> Option<u64> {
+async fn rewind_cut(
+    cx: &UploadContext,
+    tp: &Tp,
+    to: i64,
+    cut: i64,
+    flags: &PartitionFlags,
+) -> Option<u64> {
     rewind_with(cx, tp, Some(to), false, Some(cut), flags).await
 }
 

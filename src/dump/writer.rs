@@ -8,8 +8,8 @@
 //! its parts and its end on the object's own channel.
 
 use super::batch::Batch;
-use super::cdc::{Bundle, Counts, WindowState};
 use super::budget::{ByteBudget, Permit};
+use super::cdc::{Bundle, Counts, WindowState};
 use super::roll::{self, RollReason};
 use super::upload::PartitionFlags;
 use super::{Fatal, Tp};
@@ -516,7 +516,16 @@ impl PartitionWriter {
                     next_offset: o.last_offset + 1,
                     ids: w.state().map(str::to_string).collect(),
                 });
-                return self.close_bundle(task, &o.key, o.period, bundle, tx, window, o.last_offset, reason);
+                return self.close_bundle(
+                    task,
+                    &o.key,
+                    o.period,
+                    bundle,
+                    tx,
+                    window,
+                    o.last_offset,
+                    reason,
+                );
             }
         };
         let done = match encoder.finish() {
@@ -575,8 +584,12 @@ impl PartitionWriter {
             )
             .map_err(|e| encode_error(task, key, e))?;
         let bytes: usize = done.files.iter().map(|(_, b)| b.len()).sum();
-        let state_key =
-            super::cdc::window_key(&task.directory, &tp_topic, self.tp.partition, window.next_offset);
+        let state_key = super::cdc::window_key(
+            &task.directory,
+            &tp_topic,
+            self.tp.partition,
+            window.next_offset,
+        );
         // Plain structs serialize to JSON without failing.
         let state = serde_json::to_vec(&window).unwrap_or_default();
         let end = ObjectEnd {
@@ -746,6 +759,7 @@ mod tests {
             records: 25,
             bytes: 25 * 123,
             reason: RollReason::Size,
+            cdc: None,
         })
         .unwrap();
         let mut sizes = Vec::new();
@@ -753,6 +767,7 @@ mod tests {
         while let Ok(m) = rx.try_recv() {
             match m {
                 ToObject::Part(b, _) => sizes.push(b.iter().map(Bytes::len).sum::<usize>()),
+                ToObject::Bundle(..) => panic!("a record object sends parts, not a bundle"),
                 ToObject::End(e) => {
                     ended = true;
                     assert_eq!((e.records, e.bytes), (25, 3075));

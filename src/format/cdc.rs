@@ -80,12 +80,10 @@ fn plain_change(obj: &serde_json::Map<String, serde_json::Value>) -> bool {
         "TIME" | "GLOBAL_ID" | "DATABASE" | "SCHEMA" | "LOGICAL_CLOCK" | "TABLE" | "TYPE" => {
             v.is_string()
         }
-        "OLD_VALUES" | "NEW_VALUES" => v
-            .as_object()
-            .is_some_and(|m| {
-                m.iter()
-                    .all(|(k, x)| !k.contains(',') && (x.is_string() || x.is_null()))
-            }),
+        "OLD_VALUES" | "NEW_VALUES" => v.as_object().is_some_and(|m| {
+            m.iter()
+                .all(|(k, x)| !k.contains(',') && (x.is_string() || x.is_null()))
+        }),
         "OFFSET" => true,
         _ => false,
     })

@@ -7,8 +7,8 @@
 
 use super::cdc::{convert, Change, ColumnType, Typed};
 use arrow_array::builder::{
-    BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder, Int32Builder, Int64Builder,
-    StringBuilder, TimestampMicrosecondBuilder, TimestampMillisecondBuilder,
+    BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder, Int32Builder,
+    Int64Builder, StringBuilder, TimestampMicrosecondBuilder, TimestampMillisecondBuilder,
 };
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
@@ -295,10 +295,7 @@ pub fn is_table_file(data: &bytes::Bytes) -> bool {
 }
 
 fn bad(message: String) -> super::DecodeError {
-    super::DecodeError {
-        at: None,
-        message,
-    }
+    super::DecodeError { at: None, message }
 }
 
 /// Reads a table file's rows back into changes (typed values rendered back to the text they
@@ -325,7 +322,11 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
         .and_then(|kv| kv.iter().find(|k| k.key == CDC_META))
         .and_then(|k| k.value.as_deref())
         .and_then(|v| v.parse().ok())
-        .ok_or_else(|| bad(format!("not a CDC table file (no readable {CDC_META} in its footer)")))?;
+        .ok_or_else(|| {
+            bad(format!(
+                "not a CDC table file (no readable {CDC_META} in its footer)"
+            ))
+        })?;
     let reader = builder
         .with_batch_size(8192)
         .build()
@@ -340,10 +341,11 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
                 .ok_or_else(|| bad(format!("CDC table file has no column \"{name}\"")))
         };
         let wrong = |name: &str| bad(format!("column \"{name}\" has an unexpected type"));
-        let string_at = |a: &ArrayRef, name: &str, i: usize| -> Result<Option<String>, super::DecodeError> {
-            let s = a.as_string_opt::<i32>().ok_or_else(|| wrong(name))?;
-            Ok(s.is_valid(i).then(|| s.value(i).to_string()))
-        };
+        let string_at =
+            |a: &ArrayRef, name: &str, i: usize| -> Result<Option<String>, super::DecodeError> {
+                let s = a.as_string_opt::<i32>().ok_or_else(|| wrong(name))?;
+                Ok(s.is_valid(i).then(|| s.value(i).to_string()))
+            };
         let (topic, part, off, ts, index) = (
             col("topic")?,
             col("partition")?,
@@ -351,14 +353,22 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
             col("kafka_timestamp")?,
             col("change_index")?,
         );
-        let part = part.as_primitive_opt::<Int32Type>().ok_or_else(|| wrong("partition"))?;
-        let off = off.as_primitive_opt::<Int64Type>().ok_or_else(|| wrong("offset"))?;
+        let part = part
+            .as_primitive_opt::<Int32Type>()
+            .ok_or_else(|| wrong("partition"))?;
+        let off = off
+            .as_primitive_opt::<Int64Type>()
+            .ok_or_else(|| wrong("offset"))?;
         let ts = ts
             .as_primitive_opt::<TimestampMillisecondType>()
             .ok_or_else(|| wrong("kafka_timestamp"))?;
-        let index = index.as_primitive_opt::<Int32Type>().ok_or_else(|| wrong("change_index"))?;
+        let index = index
+            .as_primitive_opt::<Int32Type>()
+            .ok_or_else(|| wrong("change_index"))?;
         let key = col("kafka_key")?;
-        let key = key.as_binary_opt::<i32>().ok_or_else(|| wrong("kafka_key"))?;
+        let key = key
+            .as_binary_opt::<i32>()
+            .ok_or_else(|| wrong("kafka_key"))?;
         let metas: Vec<(&str, ArrayRef)> = [
             "time_raw",
             "global_id",
@@ -426,9 +436,18 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
                         ColumnType::Timestamp,
                         tz,
                     ),
-                    _ => return Err(wrong(&format!("{}_{name}", if *new { "new" } else { "old" }))),
+                    _ => {
+                        return Err(wrong(&format!(
+                            "{}_{name}",
+                            if *new { "new" } else { "old" }
+                        )))
+                    }
                 };
-                let side = if *new { &mut new_values } else { &mut old_values };
+                let side = if *new {
+                    &mut new_values
+                } else {
+                    &mut old_values
+                };
                 side.get_or_insert_with(BTreeMap::new)
                     .insert(name.clone(), Some(text));
             }
@@ -618,8 +637,12 @@ mod tests {
                 ));
             }
         }
-        let file = to_parquet(&s.batch(&all).unwrap(), super::super::Compression::Zstd, Tz::UTC)
-            .unwrap();
+        let file = to_parquet(
+            &s.batch(&all).unwrap(),
+            super::super::Compression::Zstd,
+            Tz::UTC,
+        )
+        .unwrap();
         let data = bytes::Bytes::from(file);
         assert!(is_table_file(&data));
         let back = decode(data, 1 << 30).unwrap();
@@ -648,7 +671,12 @@ mod tests {
             r#"[{"TABLE":"t","TYPE":"I","DATABASE":null,"NEW_VALUES":{"id":"7"}}]"#,
             r#"[{"TABLE":"t","TYPE":"I","NEW_VALUES":{"a,b":"7"}}]"#,
         ] {
-            assert!(!super::super::cdc::parse(m.as_bytes(), Tz::UTC).unwrap().plain, "{m}");
+            assert!(
+                !super::super::cdc::parse(m.as_bytes(), Tz::UTC)
+                    .unwrap()
+                    .plain,
+                "{m}"
+            );
         }
     }
 }

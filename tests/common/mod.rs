@@ -3,6 +3,7 @@
 //! and helpers to create topics, produce records and read objects back.
 #![allow(dead_code)]
 
+pub mod cdc;
 pub mod clusters;
 pub mod store_suite;
 
