@@ -1101,3 +1101,85 @@ async fn refused_credentials_stop_the_dump_with_a_clear_error() {
     );
     assert!(!text.contains("right-secret"), "the secret is not logged");
 }
+
+/// kill -9 at random moments holds for a CDC task too: every message archived (as table rows
+/// or kept whole), no change twice, the repeats within the window left out across restarts
+/// (the window travels with the committed offsets), and the tables give the source's state.
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_at_random_moments_keeps_cdc_tables_exact() {
+    let topic = unique("cdc-crash");
+    create_topic(&topic, 3).await;
+    let archive = Archive::fs();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "{}{FAST_GROUP}\"group.instance.id\" = \"{}\"\n[[tasks]]\nname = \"{}\"\ntopics = [\"{topic}\"]\ndump_interval_secs = 1\nformat = \"parquet\"\ndirectory = \"cdc\"\n[tasks.cdc]\n[tasks.cdc.types.\"shop.orders\"]\nid = \"int\"\namount = \"decimal(10,2)\"\n[limits]\nleftover_age_secs = 0\n",
+            archive.toml(None),
+            unique("cdc-member"),
+            unique("cdc-task")
+        ),
+    );
+    let data = common::cdc::generate(&topic, 3, 3000, chrono::Utc::now().timestamp_millis(), 11);
+    let records = data.records.clone();
+    let producing = tokio::spawn(async move {
+        for chunk in records.chunks(60) {
+            produce(chunk).await;
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+    });
+    let seed: u64 = rand::rng().random();
+    eprintln!("cdc crash test seed {seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let log = dir.path().join("dump.log");
+    for round in 0..6 {
+        let assigned_before = count_in(&log, "Assigned");
+        let mut child = spawn_dump(&cfg, &log);
+        eventually(
+            60,
+            &format!("round {round}: partitions assigned"),
+            || async { count_in(&log, "Assigned") > assigned_before },
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(rng.random_range(300..2500))).await;
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    producing.await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    run_once(&cfg);
+    assert!(
+        count_in(&log, " stored") >= 3,
+        "the killed processes stored too little; the test proves little"
+    );
+    eprintln!(
+        "stored {}, rewritten to an earlier end {}, window loads {}",
+        count_in(&log, " stored"),
+        count_in(&log, "ended elsewhere"),
+        count_in(&log, "repeat window")
+    );
+    let store = archive.store().await;
+    let admin = strata::kafka::Admin::new(&kafka_config()).unwrap();
+    let marks: Vec<(i64, i64)> = (0..3)
+        .map(|p| admin.watermarks(&topic, p).unwrap())
+        .collect();
+    let read = common::cdc::read_cdc_archive(store.as_ref(), "cdc/").await;
+    read.assert_exactly_once(&marks);
+    assert_eq!(read.rows.len(), data.changes, "changes in the tables");
+    assert_eq!(read.sides["_errors"].len(), data.malformed);
+    let Archive::Dir(d) = &archive else {
+        unreachable!()
+    };
+    let tables: Vec<&str> = common::cdc::table_dirs().into_iter().collect();
+    let (state, changes) = common::cdc::archive_state(&d.path().join("archive/cdc"), &tables);
+    assert_eq!(changes, data.changes);
+    assert_eq!(state, data.state);
+    let seals: Vec<String> = store
+        .list("cdc/.strata/seals/")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
+    assert!(seals.is_empty(), "seals left: {seals:?}");
+}

@@ -270,3 +270,84 @@ print(json.dumps(out))
 pub fn table_dirs() -> BTreeSet<&'static str> {
     TABLES.iter().map(|t| t.dir).collect()
 }
+
+/// A CDC archive read back: every table row (with its message's position) and every message
+/// kept whole, by side directory (`_repeats`, `_errors`, `_verbatim`).
+pub struct CdcArchive {
+    pub rows: Vec<strata::format::cdc_table::Fragment>,
+    pub sides: BTreeMap<String, Vec<Record>>,
+}
+
+pub async fn read_cdc_archive(store: &dyn strata::store::ObjectStore, prefix: &str) -> CdcArchive {
+    let mut out = CdcArchive {
+        rows: Vec::new(),
+        sides: BTreeMap::new(),
+    };
+    for meta in store.list(prefix).await.expect("list archive") {
+        if meta.key.contains(".strata/") {
+            continue;
+        }
+        let data = store.get(&meta.key).await.expect("get object");
+        if strata::format::cdc_table::is_table_file(&data) {
+            out.rows.extend(
+                strata::format::cdc_table::decode(data, u64::MAX)
+                    .unwrap_or_else(|e| panic!("decode {}: {e}", meta.key)),
+            );
+            continue;
+        }
+        let rel = meta.key.strip_prefix(prefix).unwrap_or(&meta.key);
+        let side = rel.split('/').next().unwrap().to_string();
+        assert!(
+            side.starts_with('_'),
+            "not a table file nor a side: {}",
+            meta.key
+        );
+        let spec = strata::format::FormatSpec::from_extension("parquet", Default::default())
+            .expect("parquet");
+        let records = strata::format::decode(&spec, "", data, u64::MAX)
+            .unwrap_or_else(|e| panic!("decode {}: {e}", meta.key));
+        out.sides.entry(side).or_default().extend(records);
+    }
+    out
+}
+
+impl CdcArchive {
+    /// Checks that every offset of `[low, high)` per partition is archived (as table rows or
+    /// kept whole), none twice: each change once in the tables, each message once per side.
+    pub fn assert_exactly_once(&self, watermarks: &[(i64, i64)]) {
+        let mut seen: BTreeSet<(i32, i64)> = BTreeSet::new();
+        let mut rows = BTreeSet::new();
+        for f in &self.rows {
+            assert!(
+                rows.insert((f.partition, f.offset, f.change.index)),
+                "change {}/{}#{} twice in the tables",
+                f.partition,
+                f.offset,
+                f.change.index
+            );
+            seen.insert((f.partition, f.offset));
+        }
+        for (side, records) in &self.sides {
+            let mut once = BTreeSet::new();
+            for r in records {
+                let at = (r.partition.unwrap(), r.offset.unwrap());
+                assert!(once.insert(at), "{side}: message {at:?} twice");
+                seen.insert(at);
+            }
+        }
+        for (p, (low, high)) in watermarks.iter().enumerate() {
+            for o in *low..*high {
+                assert!(
+                    seen.contains(&(p as i32, o)),
+                    "partition {p} offset {o} is not archived"
+                );
+            }
+        }
+        let expected: usize = watermarks.iter().map(|(l, h)| (h - l) as usize).sum();
+        assert_eq!(
+            seen.len(),
+            expected,
+            "offsets archived beyond the high watermarks"
+        );
+    }
+}
