@@ -494,6 +494,7 @@ fn example_toml_lists_every_key_and_the_refused_properties() {
         ("limits", LIMITS_KEYS),
         ("telemetry", TELEMETRY_KEYS),
         ("tasks", &task_keys),
+        ("tasks.cdc", CDC_KEYS),
         ("restore", RESTORE_KEYS),
         ("tier", TIER_KEYS),
     ];
@@ -780,5 +781,56 @@ fn replicate_and_dump_tasks_share_names_and_the_task_limit() {
             .iter()
             .any(|i| i.key == "tasks" && i.message.contains("at most 18")),
         "{found:?}"
+    );
+}
+
+#[test]
+fn cdc_options_parse_into_types_and_refuse_what_cannot_work() {
+    let base = "[[tasks]]\nname = \"cdc-t\"\ntopics = [\"c\"]\n";
+    let c = load(&format!(
+        "{base}format = \"parquet\"\n[tasks.cdc]\ntime_zone = \"Europe/Berlin\"\nrepeat_window = 5\non_malformed = \"fail\"\ntypes = {{ \"shop.orders\" = {{ id = \"bigint\", amount = \"decimal(12,2)\" }} }}\n"
+    ))
+    .unwrap();
+    let cdc = c.tasks[0].cdc.clone().unwrap();
+    assert_eq!(cdc.time_zone, chrono_tz::Europe::Berlin);
+    assert_eq!(
+        (cdc.repeat_window, cdc.on_malformed),
+        (5, OnMalformed::Fail)
+    );
+    assert_eq!(
+        cdc.types["shop.orders"]["amount"],
+        crate::format::cdc::ColumnType::Decimal {
+            precision: 12,
+            scale: 2
+        }
+    );
+    let keys = |toml: &str| -> Vec<String> {
+        issues(&format!("{base}{toml}"))
+            .into_iter()
+            .map(|i| format!("{}: {}", i.key, i.message))
+            .collect()
+    };
+    let k = keys("format = \"jsonl\"\n[tasks.cdc]\n");
+    assert!(
+        k[0].starts_with("tasks[0].cdc: CDC tables are written as Parquet"),
+        "{k:?}"
+    );
+    let k = keys("format = \"parquet\"\ntime_source = \"dump\"\n[tasks.cdc]\n");
+    assert!(k[0].starts_with("tasks[0].time_source:"), "{k:?}");
+    let k = keys("format = \"parquet\"\n[tasks.cdc]\non_malformed = \"drop\"\nwindow = 3\ntypes = { t = { a = \"float\" } }\n");
+    assert_eq!(k.len(), 3, "{k:?}");
+    assert!(
+        k.iter().any(|m| m.starts_with("tasks[0].cdc.window:")),
+        "{k:?}"
+    );
+    assert!(
+        k.iter()
+            .any(|m| m.starts_with("tasks[0].cdc.on_malformed:")),
+        "{k:?}"
+    );
+    assert!(
+        k.iter()
+            .any(|m| m.starts_with("tasks[0].cdc.types.t.a: unknown column type \"float\"")),
+        "{k:?}"
     );
 }

@@ -503,6 +503,82 @@ pub fn decode(
     }
 }
 
+/// One file of an archive object, decoded: records, or the rows of a CDC table file (which
+/// rebuild records only together with the other files of their bundle).
+pub enum Part {
+    Records(Vec<Record>),
+    Changes(Vec<cdc_table::Fragment>),
+}
+
+/// Decodes one file: a CDC table file (its Parquet footer says so) into its rows, any other
+/// file as [`decode`] does.
+pub fn decode_part(
+    spec: &FormatSpec,
+    topic: &str,
+    data: Bytes,
+    limit: u64,
+) -> Result<Part, DecodeError> {
+    if spec.kind == FormatKind::Parquet && cdc_table::is_table_file(&data) {
+        return cdc_table::decode(data, limit).map(Part::Changes);
+    }
+    decode(spec, topic, data, limit).map(Part::Records)
+}
+
+/// The records of one archive object from its files, in offset order. A CDC bundle's messages
+/// come back from the files that kept them whole (repeats, malformed, verbatim) or else from
+/// their table rows: the changes of every table, in their order, as the JSON array they came
+/// in, with the message's key and timestamp.
+pub fn assemble(parts: Vec<Part>) -> Vec<Record> {
+    let mut whole: std::collections::BTreeMap<(i32, i64), Record> = Default::default();
+    let mut rows: std::collections::BTreeMap<(i32, i64), Vec<cdc_table::Fragment>> =
+        Default::default();
+    let mut plain = Vec::new();
+    for p in parts {
+        match p {
+            Part::Records(records) => {
+                for r in records {
+                    match (r.partition, r.offset) {
+                        (Some(pt), Some(o)) => {
+                            whole.insert((pt, o), r);
+                        }
+                        _ => plain.push(r),
+                    }
+                }
+            }
+            Part::Changes(fragments) => {
+                for f in fragments {
+                    rows.entry((f.partition, f.offset)).or_default().push(f);
+                }
+            }
+        }
+    }
+    for (at, fragments) in rows {
+        if whole.contains_key(&at) {
+            continue;
+        }
+        let Some(first) = fragments.first() else {
+            continue;
+        };
+        let (topic, timestamp, key) = (first.topic.clone(), first.timestamp, first.key.clone());
+        let changes: Vec<cdc::Change> = fragments.into_iter().map(|f| f.change).collect();
+        whole.insert(
+            at,
+            Record {
+                topic,
+                partition: Some(at.0),
+                offset: Some(at.1),
+                timestamp,
+                timestamp_type: TimestampType::CreateTime,
+                key,
+                value: Some(cdc::message_json(&changes)),
+                headers: Vec::new(),
+            },
+        );
+    }
+    plain.extend(whole.into_values());
+    plain
+}
+
 /// The error of an object that decodes to more than `limit` bytes.
 fn too_large(limit: u64) -> DecodeError {
     DecodeError::new(

@@ -45,10 +45,14 @@ pub(super) async fn run(
         let budget = budget.clone();
         async move {
             let location = store.location(&o.key);
-            let data = store
-                .get(&o.key)
-                .await
-                .map_err(|source| RestoreError::Read { source })?;
+            let mut files = Vec::with_capacity(1 + o.bundle.len());
+            for key in std::iter::once(&o.key).chain(&o.bundle) {
+                let data = store
+                    .get(key)
+                    .await
+                    .map_err(|source| RestoreError::Read { source })?;
+                files.push((store.location(key), data));
+            }
             let (name, size) = (o.name.clone(), o.size);
             let loc = location.clone();
             tokio::task::spawn_blocking(move || {
@@ -65,12 +69,25 @@ pub(super) async fn run(
                     corrupt: None,
                 };
                 let decoded = FormatSpec::from_extension(&name.extension, text)
-                    .ok_or_else(|| format::DecodeError {
-                        at: None,
-                        message: "unknown extension".into(),
+                    .ok_or_else(|| {
+                        (
+                            loc.clone(),
+                            format::DecodeError {
+                                at: None,
+                                message: "unknown extension".into(),
+                            },
+                        )
                     })
                     .and_then(|spec| {
-                        format::decode(&spec, &name.topic, data, budget.decode_limit(size))
+                        let mut parts = Vec::with_capacity(files.len());
+                        for (at, data) in files {
+                            let limit = budget.decode_limit(size);
+                            parts.push(
+                                format::decode_part(&spec, &name.topic, data, limit)
+                                    .map_err(|e| (at, e))?,
+                            );
+                        }
+                        Ok(format::assemble(parts))
                     });
                 match decoded {
                     Ok(records) => {
@@ -86,9 +103,9 @@ pub(super) async fn run(
                             }
                         }
                     }
-                    Err(e) => {
+                    Err((location, e)) => {
                         listed.corrupt = Some(CorruptObject {
-                            location: loc,
+                            location,
                             at: e.at,
                             detail: e.message,
                         })

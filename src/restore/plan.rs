@@ -40,7 +40,11 @@ pub struct Selection<'a> {
 pub struct PlannedObject {
     pub key: String,
     pub name: ObjectName,
+    /// Every file's size together.
     pub size: u64,
+    /// The other files of a CDC bundle (same partition and first offset: one table each,
+    /// and the messages kept whole); they are read together with `key`.
+    pub bundle: Vec<String>,
     /// The UTC span `[start, end)` of the object's time directory; `None` when the layout is
     /// unknown or the object's directories do not follow it.
     pub span: Option<(DateTime<Utc>, DateTime<Utc>)>,
@@ -157,12 +161,14 @@ pub fn plan(listing: &[ObjectMeta], sel: &Selection<'_>, finished: impl Fn(&str)
                 key: meta.key.clone(),
                 name,
                 size: meta.size,
+                bundle: Vec::new(),
                 span,
             });
     }
     out.archived_topics = topics.into_iter().collect();
     for ((topic, partition), mut objects) in by_partition {
         objects.sort_by(|a, b| (a.name.first_offset, &a.key).cmp(&(b.name.first_offset, &b.key)));
+        let objects = bundles(objects);
         let mut kept = Vec::with_capacity(objects.len());
         let mut boundary_taken = false;
         for o in objects {
@@ -194,6 +200,22 @@ pub fn plan(listing: &[ObjectMeta], sel: &Selection<'_>, finished: impl Fn(&str)
     // Largest partitions first: with a fixed number of workers the run ends sooner.
     out.partitions
         .sort_by(|a, b| b.bytes().cmp(&a.bytes()).then(a.topic.cmp(&b.topic)));
+    out
+}
+
+/// Joins the files of each CDC bundle (sorted objects of one partition with the same first
+/// offset) into one object, read as one.
+fn bundles(sorted: Vec<PlannedObject>) -> Vec<PlannedObject> {
+    let mut out: Vec<PlannedObject> = Vec::with_capacity(sorted.len());
+    for o in sorted {
+        match out.last_mut() {
+            Some(b) if b.name.first_offset == o.name.first_offset => {
+                b.size += o.size;
+                b.bundle.push(o.key);
+            }
+            _ => out.push(o),
+        }
+    }
     out
 }
 
@@ -292,6 +314,41 @@ mod tests {
         p.objects()
             .map(|o| (o.name.topic.clone(), o.name.partition, o.name.first_offset))
             .collect()
+    }
+
+    #[test]
+    fn the_files_of_a_cdc_bundle_are_read_as_one_object() {
+        let f = Fixture {
+            fmt: TimeDirFormat::parse("yyyy/MM/dd").unwrap(),
+            ..Fixture::new()
+        };
+        // A table per directory level above the time directories, and the kept messages.
+        let listing = vec![
+            meta(&key("shop.orders/2026/11/29", "t", 0, 0, "parquet"), 10),
+            meta(&key("shop.users/2026/11/29", "t", 0, 0, "parquet"), 20),
+            meta(&key("_repeats/2026/11/29", "t", 0, 0, "parquet"), 5),
+            meta(&key("shop.orders/2026/11/29", "t", 0, 40, "parquet"), 7),
+            meta(&key("shop.orders/2026/11/29", "t", 1, 0, "parquet"), 1),
+        ];
+        let p = plan(&listing, &f.sel(None, None), |_| false);
+        let p0 = p.partitions.iter().find(|s| s.partition == 0).unwrap();
+        assert_eq!(p0.objects.len(), 2);
+        let b = &p0.objects[0];
+        assert_eq!(b.key, key("_repeats/2026/11/29", "t", 0, 0, "parquet"));
+        assert_eq!(
+            b.bundle,
+            vec![
+                key("shop.orders/2026/11/29", "t", 0, 0, "parquet"),
+                key("shop.users/2026/11/29", "t", 0, 0, "parquet")
+            ]
+        );
+        assert_eq!(b.size, 35);
+        assert!(
+            b.span.is_some(),
+            "the time directory is found under the table level"
+        );
+        assert!(p0.objects[1].bundle.is_empty());
+        assert_eq!(p.object_count(), 3);
     }
 
     #[test]

@@ -273,10 +273,6 @@ impl Engine {
         let mut lease = self
             .budget
             .acquire(obj.size.saturating_mul(2), || self.halted());
-        let data = self
-            .rt
-            .block_on(self.store.get(&obj.key))
-            .map_err(|source| LoadError::Other(RestoreError::Read { source }))?;
         let spec = FormatSpec::from_extension(&obj.name.extension, self.cfg.text.clone())
             .ok_or_else(|| {
                 LoadError::Other(RestoreError::Internal(format!(
@@ -284,19 +280,28 @@ impl Engine {
                     obj.name.extension
                 )))
             })?;
-        let records = format::decode(
-            &spec,
-            &obj.name.topic,
-            data,
-            self.budget.decode_limit(obj.size),
-        )
-        .map_err(|e| {
-            LoadError::Corrupt(CorruptObject {
-                location,
-                at: e.at,
-                detail: e.message,
-            })
-        })?;
+        let mut parts = Vec::with_capacity(1 + obj.bundle.len());
+        for key in std::iter::once(&obj.key).chain(&obj.bundle) {
+            let data = self
+                .rt
+                .block_on(self.store.get(key))
+                .map_err(|source| LoadError::Other(RestoreError::Read { source }))?;
+            let part = format::decode_part(
+                &spec,
+                &obj.name.topic,
+                data,
+                self.budget.decode_limit(obj.size),
+            )
+            .map_err(|e| {
+                LoadError::Corrupt(CorruptObject {
+                    location: self.store.location(key),
+                    at: e.at,
+                    detail: e.message,
+                })
+            })?;
+            parts.push(part);
+        }
+        let records = format::assemble(parts);
         lease.resize(decoded_bytes(&records));
         Ok((records, lease))
     }

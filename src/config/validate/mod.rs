@@ -195,6 +195,8 @@ pub(super) fn task_keys() -> Vec<&'static str> {
     ]
     .concat()
 }
+/// Keys of `[tasks.cdc]`.
+pub(super) const CDC_KEYS: &[&str] = &["time_zone", "repeat_window", "on_malformed", "types"];
 pub(super) const RESTORE_KEYS: &[&str] = &[
     "bucket",
     "directory",

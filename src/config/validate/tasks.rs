@@ -162,9 +162,6 @@ pub(super) fn task(
     })
 }
 
-/// Keys of `[tasks.cdc]`.
-pub(super) const CDC_KEYS: &[&str] = &["time_zone", "repeat_window", "on_malformed", "types"];
-
 /// Ids per partition remembered to tell repeats apart, by default: a restart of the transfer
 /// service re-sends seconds of changes, far fewer than this.
 const DEFAULT_REPEAT_WINDOW: u64 = 100_000;
