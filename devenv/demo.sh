@@ -80,7 +80,10 @@ run=$(( $(cat "$STATE/runs" 2>/dev/null || echo 0) + 1 ))
 # --- 2. sample change-data-capture records --------------------------------------------------------
 say "2. producing $RECORDS CDC records"
 "$PY" - "$STATE/counters.json" "$RECORDS" >"$STATE/records.tsv" 2>"$STATE/generator.txt" <<'PYEOF'
-# Writes "key<TAB>value" lines: row changes of shop.public.orders as a CDC service delivers them.
+# Writes "key<TAB>value" lines: row changes of shop.public.orders and shop.public.payments as a
+# CDC service delivers them (../shared/spec/cdc-format.md): a JSON array of changes per message,
+# TIME as yyyyMMddHHmmss, every value a string, OLD_VALUES absent for inserts and NEW_VALUES for
+# deletes, keys sorted (canonical JSON, so restore gives the bytes back).
 import json, os, random, sys, time
 from datetime import datetime, timezone
 
@@ -96,18 +99,33 @@ products = ["SKU-1001", "SKU-1002", "SKU-2040", "SKU-3300", "SKU-4711", "SKU-515
 NEXT = {"NEW": "PAID", "PAID": "SHIPPED", "SHIPPED": "DELIVERED"}
 
 def ts(ms):
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
-def change(kind, old, new):
+def cdc_time(ms):
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y%m%d%H%M%S")
+
+def text(row):
+    return {k: str(v) for k, v in row.items()}
+
+def change(kind, old, new, table="orders"):
     c["global_id"] += 1
     c["clock"] += 1
-    c["lsn"] += rnd.randint(40, 400)
-    return {
-        "TIME": ts(t_ms), "GLOBAL_ID": c["global_id"], "DATABASE": "shop", "SCHEMA": "public",
-        "TABLE": "orders", "TYPE": kind, "LOGICAL_CLOCK": c["clock"],
-        "OLD_VALUES": old or {}, "NEW_VALUES": new or {},
-        "OFFSET": f"{c['lsn'] >> 32:X}/{c['lsn'] & 0xFFFFFFFF:X}",
+    out = {
+        "TIME": cdc_time(t_ms), "GLOBAL_ID": str(c["global_id"]), "DATABASE": "shop",
+        "SCHEMA": "public", "TABLE": table, "TYPE": kind,
+        "LOGICAL_CLOCK": str(1_617_327_447_310_000_000 + c["clock"]),
     }
+    if old is not None:
+        out["OLD_VALUES"] = text(old)
+    if new is not None:
+        out["NEW_VALUES"] = text(new)
+    return out
+
+def paid(row):
+    c["lsn"] += 1
+    return change("I", None, {"payment_id": c["lsn"], "order_id": row["order_id"],
+                              "amount": row["amount"], "method": rnd.choice(["card", "sepa", "paypal"]),
+                              "paid_at": row["updated_at"]}, table="payments")
 
 messages, live = [], {}            # live: order_id -> current row
 dups = tombstones = 0
@@ -124,9 +142,10 @@ while len(messages) < total:
                "currency": "EUR", "status": "NEW", "updated_at": ts(t_ms)}
         tx = [change("I", None, row)]
         if rnd.random() < 0.08:                        # paid in the same transaction
-            paid = dict(row, status="PAID", updated_at=ts(t_ms))
-            tx.append(change("U", row, paid))
-            row = paid
+            new = dict(row, status="PAID", updated_at=ts(t_ms))
+            tx.append(change("U", row, new))
+            tx.append(paid(new))
+            row = new
         live[oid] = row
         key = oid
     elif roll < 0.93:                                  # an order moves on
@@ -137,6 +156,8 @@ while len(messages) < total:
             continue
         new = dict(row, status=status, updated_at=ts(t_ms))
         tx = [change("U", row, new)]
+        if status == "PAID":                           # a payment row in the same transaction
+            tx.append(paid(new))
         live[oid] = new
         key = oid
     else:                                              # cancelled or delivered orders are purged
@@ -146,7 +167,7 @@ while len(messages) < total:
         oid = rnd.choice(done)
         tx = [change("D", live.pop(oid), None)]
         key = oid
-    line = json.dumps({"order_id": key}, separators=(",", ":")) + "\t" + json.dumps(tx, separators=(",", ":"))
+    line = json.dumps({"order_id": key}, separators=(",", ":")) + "\t" + json.dumps(tx, separators=(",", ":"), sort_keys=True)
     messages.append(line)
     if tx[-1]["TYPE"] == "D" and rnd.random() < 0.5 and len(messages) < total:
         messages.append(json.dumps({"order_id": key}, separators=(",", ":")) + "\t")   # tombstone
@@ -182,14 +203,15 @@ if [[ $rc -ne 0 ]]; then
   die "strata dump exited with $rc (full log: $LOG)"
 fi
 # Show what strata logged about each object it stored and each task it finished.
-jq -r 'select(.message == "stored") | "stored \(.object)  (\(.records) records, \(.bytes) bytes, \(.ms) ms)"' "$LOG"
+jq -r 'select(.message == "stored" and .object != null) | "stored \(.object)  (\(.records) records, \(.bytes) bytes, \(.ms) ms)"' "$LOG"
+jq -r 'select(.message == "stored" and .bundle != null) | "stored a CDC bundle of \(.files) files (one per table, and the messages kept whole) for \(.bundle | split("/") | last): \(.messages) messages, \(.changes) changes, \(.repeats) repeats left out, \(.malformed) not CDC"' "$LOG"
 jq -r 'select(.message == "done") | "task \(.task): \(.objects) objects, \(.records) records, \(.bytes) bytes"' "$LOG"
 echo "(full log: $LOG)"
 echo "$run" >"$STATE/runs"
 
 # --- 4. what is in the archive -------------------------------------------------------------------
 say "4. the archive: $ARCHIVE (objects stored by this run are marked *)"
-mapfile -t new_objects < <(jq -r 'select(.message == "stored") | .object | sub("^file://"; "") | sub("^\\./"; "")' "$LOG" | sort -u)
+mapfile -t new_objects < <(jq -r 'select(.message == "stored" and .object != null) | .object | sub("^file://"; "") | sub("^\\./"; "")' "$LOG" | sort -u)
 [[ ${#new_objects[@]} -gt 0 ]] || die "strata stored no object"
 declare -A is_new=()
 for o in "${new_objects[@]}"; do
@@ -231,6 +253,39 @@ if ((${#text_new[@]})); then
   { zcat "${text_new[0]}" || true; } | head -n 2 | awk '{ print (length($0) > 200 ? substr($0, 1, 200) " ..." : $0) }'
   tomb="$(zcat "${text_new[0]}" | grep -m1 $'\t$' || true)"
   [[ -z "$tomb" ]] || printf 'a tombstone is the key and an empty value (text is lossy):\n%s\n' "$tomb"
+fi
+
+# --- 5. the CDC tables, queried with DuckDB -----------------------------------------------------
+TABLES="$ARCHIVE/tables"
+if [[ -d "$TABLES" ]] && "$PY" -c 'import duckdb' 2>/dev/null; then
+  say "5. the tables in $TABLES, as DuckDB reads them (each table directory is one table)"
+  "$PY" - "$TABLES" <<'PYEOF'
+import sys, duckdb
+root = sys.argv[1]
+def table(name):
+    return f"read_parquet('{root}/{name}/**/*.parquet', union_by_name=true)"
+print("-- changes per table and type (repeats are not in the tables)")
+duckdb.sql(f"""
+  SELECT "table", type, count(*) AS changes, min(time) AS first, max(time) AS last
+  FROM (SELECT * FROM {table('shop.public.orders')} UNION ALL BY NAME
+        SELECT * FROM {table('shop.public.payments')})
+  GROUP BY ALL ORDER BY ALL""").show()
+print("-- the current state of the five latest orders: the last change per order by LOGICAL_CLOCK")
+duckdb.sql(f"""
+  SELECT coalesce(new_order_id, old_order_id) AS order_id, type AS last_change, new_status AS status,
+         new_amount AS amount, new_updated_at AS updated_at
+  FROM {table('shop.public.orders')}
+  QUALIFY row_number() OVER (PARTITION BY coalesce(new_order_id, old_order_id)
+                             ORDER BY logical_clock DESC) = 1
+  ORDER BY order_id DESC LIMIT 5""").show()
+print("-- payments by method")
+duckdb.sql(f"""
+  SELECT p.new_method AS method, count(*) AS payments, sum(p.new_amount) AS total
+  FROM {table('shop.public.payments')} p GROUP BY ALL ORDER BY payments DESC""").show()
+PYEOF
+  kept="$(find "$TABLES" -path '*/_repeats/*' -name '*.parquet' | wc -l)"
+  echo "beside the tables: _repeats/ ($kept objects: messages sent again, kept whole), _errors/ (the tombstones: not CDC)"
+  echo "try it yourself: $PY -c \"import duckdb; duckdb.sql(\\\"SELECT * FROM read_parquet('$TABLES/shop.public.orders/**/*.parquet', union_by_name=true) LIMIT 5\\\").show()\""
 fi
 
 # --- summary -------------------------------------------------------------------------------------
