@@ -328,6 +328,8 @@ PEER = Contender("peer", "Kafka Connect FileStreamSink (peer)", "peer")
 STORE_LABELS = {"file": "file://", "s3": "S3 (LocalStack)", "fast": "S3 (s3s-fs)"}
 STRATA_ALL = [Contender(f"{f}-{s}", f"strata {f} -> {STORE_LABELS[s]}", "strata", f, s)
               for s in ("file", "s3", "fast") for f in ("text", "jsonl", "parquet")]
+# CDC tables ([tasks.cdc]): Parquet, one table per source table, repeats left out.
+STRATA_ALL.append(Contender("cdc-file", "strata CDC tables (parquet) -> file://", "strata", "cdc", "file"))
 
 
 def run_floor(ds, tag):
@@ -362,10 +364,11 @@ def strata_config(ds, c, tag, out_dir, defaults):
     else:
         store = (f'[store]\nurl = "s3://{S3_BUCKET}/{tag}"\nendpoint = "{S3_ENDPOINT}"\n'
                  f'access_key = "test"\nsecret_key = "test"\nregion = "us-east-1"\ncreate_bucket = true\n')
+    fmt, cdc = (("parquet", "\n[tasks.cdc]\n") if c.fmt == "cdc" else (c.fmt, ""))
     return (f'# written by bench/bench.py for one measured run; everything else is a default\n'
             f'[kafka]\nbootstrap_servers = "{BOOT}"\n\n{store}\n'
             f'[[tasks]]\nname = "{name}"\ntopics = ["{ds.topic}"]\nstart_offset = "earliest"\n'
-            f'{interval}format = "{c.fmt}"\ndirectory = "{c.fmt}"\n')
+            f'{interval}format = "{fmt}"\ndirectory = "{c.fmt}"\n{cdc}')
 
 
 def run_strata(ds, c, tag, defaults=False):
@@ -646,6 +649,12 @@ def checks_dump(rows):
             ok = r["cpu_vs_kcat"] <= limit
             out.append({"check": f"{r['label']}: CPU at most {limit}x the floor's",
                         "value": r["cpu_vs_kcat"], "limit": limit, "pass": ok})
+    # CDC tables parse every message: at most 1.5x the CPU of the plain Parquet dump.
+    cdc, pq = by.get("cdc-file"), by.get("parquet-file")
+    if cdc and pq and cdc.get("cpu_s") and pq.get("cpu_s"):
+        ratio = round(cdc["cpu_s"] / pq["cpu_s"], 2)
+        out.append({"check": "strata CDC tables: CPU at most 1.5x strata parquet's, same data",
+                    "value": ratio, "limit": 1.5, "pass": ratio <= 1.5})
     # With a store that is not the bottleneck, S3 should cost little more wall time than a disk.
     for f in ("text", "jsonl", "parquet"):
         fast, disk = by.get(f"{f}-fast"), by.get(f"{f}-file")

@@ -1,16 +1,21 @@
 #!/usr/bin/env python3
-"""The benchmark data set: change-data-capture-like JSON records, reproducible from a seed.
+"""The benchmark data set: change-data-capture messages (../shared/spec/cdc-format.md) as a
+data-transfer service writes them, reproducible from a seed.
 
 Record i (0-based) of a data set (records N, record size B, partitions P, seed S):
   - goes to partition i % P, so every partition holds N/P records (the first N % P one more),
     in the order of i;
   - key:   {"order_id":<100000000 + i>}
-  - value: exactly B bytes of ASCII: a one-element JSON array with a row change of
-           shop.public.orders (TIME, GLOBAL_ID, DATABASE, SCHEMA, TABLE, TYPE I/U/D,
-           LOGICAL_CLOCK, OLD_VALUES, NEW_VALUES, OFFSET), padded to B bytes by a "note" of
-           words drawn from a seeded 4096-word vocabulary (compresses about 2-3x with zstd, like
-           text columns do). Below about 400 bytes the value is the shorter {"i":..,"note":..} and
-           below 40 bytes just words. No tabs or newlines, so `key<TAB>value` lines carry it.
+  - value: exactly B bytes of ASCII: a one-element JSON array with one row change of one of
+           three tables (shop.orders, shop.customers, shop.payments; MySQL-style, so no SCHEMA
+           and an OFFSET binlog position): TIME as yyyyMMddHHmmss, GLOBAL_ID, DATABASE, TABLE,
+           TYPE I/U/D, LOGICAL_CLOCK (a decimal string), OLD_VALUES (absent for I) and
+           NEW_VALUES (absent for D), every value a string, padded to B bytes by a "note"
+           column of words drawn from a seeded 4096-word vocabulary (compresses about 2-3x with
+           zstd, like text columns do). About 1 record in 200 is a repeat: the previous
+           record of its partition sent again, byte for byte (at-least-once delivery). Below
+           about 400 bytes the value is the shorter {"i":..,"note":..} (not CDC) and below 40
+           bytes just words. No tabs or newlines, so `key<TAB>value` lines carry it.
 
 Same (N, B, P, S) -> same bytes: everything is drawn from random.Random(S) in record order,
 and --sha256 prints the digest of every `key<TAB>value<LF>` line in record order. Kafka
@@ -31,11 +36,16 @@ STATUSES = ["NEW", "PAID", "PACKED", "SHIPPED", "DELIVERED", "CANCELLED"]
 BASE_EPOCH_MS = 1798761600000  # 2027-01-01T00:00:00Z: fixed, so TIME fields do not depend on today
 
 
+TABLES = ["orders", "customers", "payments"]
+# One record in this many (by i) repeats the previous record of its partition.
+REPEAT_EVERY = 200
+
+
 def _time_str(ms):
     import datetime
 
     t = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
-    return t.strftime("%Y-%m-%d %H:%M:%S.") + "%03d" % (ms % 1000)
+    return t.strftime("%Y%m%d%H%M%S")
 
 
 class Generator:
@@ -66,20 +76,27 @@ class Generator:
         rng = self.rng
         kind = rng.random()
         typ = "I" if kind < 0.5 else ("U" if kind < 0.9 else "D")
+        table = rng.choice(TABLES)
         ms = BASE_EPOCH_MS + i * 7 + rng.randrange(7)
         order_id = 100000000 + i
         row = (
-            '{"order_id":%d,"customer_id":"C%07d","status":"%s","amount":"%d.%02d","currency":"EUR",'
-            '"items":%d,"note":"' % (order_id, rng.randrange(10**7), rng.choice(STATUSES),
-                                   rng.randrange(100000), rng.randrange(100), rng.randrange(1, 20))
+            '{"amount":"%d.%02d","currency":"EUR","customer_id":"C%07d","items":"%d","order_id":"%d",'
+            '"status":"%s","note":"' % (rng.randrange(100000), rng.randrange(100), rng.randrange(10**7),
+                                      rng.randrange(1, 20), order_id, rng.choice(STATUSES))
         )
-        old = '{"status":"%s"}' % rng.choice(STATUSES) if typ != "I" else "{}"
+        old = ',"OLD_VALUES":{"order_id":"%d","status":"%s"}' % (order_id, rng.choice(STATUSES))
         head = (
-            '[{"TIME":"%s","GLOBAL_ID":%d,"DATABASE":"shop","SCHEMA":"public","TABLE":"orders",'
-            '"TYPE":"%s","LOGICAL_CLOCK":%d,"OLD_VALUES":%s,"NEW_VALUES":%s'
-            % (_time_str(ms), 7300000000 + i, typ, 1000000 + i, old, row)
+            '[{"TIME":"%s","GLOBAL_ID":"%d","DATABASE":"shop","TABLE":"%s","TYPE":"%s",'
+            '"LOGICAL_CLOCK":"%d","OFFSET":{"BINLOG_NAME":"mysql-bin.000042","BINLOG_POS":"%d"}%s'
+            % (_time_str(ms), 7300000000 + i, table, typ, 1617327447310000000 + i,
+               4 + i * 97, old if typ != "I" else "")
         )
-        tail = '"},"OFFSET":"0/%X"}]' % (0x1000000 + i * 97)
+        if typ == "D":
+            # A delete carries the old row only: the note pads OLD_VALUES instead.
+            head = head[:-1] + ',"note":"'
+        else:
+            head += ',"NEW_VALUES":' + row
+        tail = '"}}]''
         pad = self.size - len(head) - len(tail)
         if pad >= 16:
             return head + self._words(pad) + tail
@@ -90,11 +107,16 @@ class Generator:
         return self._words(self.size)
 
     def __iter__(self):
+        last = {}
         for i in range(self.records):
+            p = i % self.partitions
             key = '{"order_id":%d}' % (100000000 + i)
             value = self._value(i)
+            if i % REPEAT_EVERY == REPEAT_EVERY - 1 and p in last:
+                key, value = last[p]
             assert len(value) == self.size, (len(value), self.size)
-            yield i % self.partitions, key.encode(), value.encode()
+            last[p] = (key, value)
+            yield p, key.encode(), value.encode()
 
 
 
