@@ -96,7 +96,7 @@ class Generator:
             head = head[:-1] + ',"note":"'
         else:
             head += ',"NEW_VALUES":' + row
-        tail = '"}}]''
+        tail = '"}}]'
         pad = self.size - len(head) - len(tail)
         if pad >= 16:
             return head + self._words(pad) + tail
