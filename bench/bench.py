@@ -55,7 +55,7 @@ MIB = 1 << 20
 
 sys.dont_write_bytecode = True  # no __pycache__ in bench/
 sys.path.insert(0, str(BENCH))
-from gen import Generator, key_bytes  # noqa: E402
+from gen import VERSION as GEN_VERSION, Generator, key_bytes  # noqa: E402
 
 
 def log(msg):
@@ -199,7 +199,7 @@ def topic_cmd(*args):
 class Dataset:
     def __init__(self, records, size, partitions, seed):
         self.records, self.size, self.partitions, self.seed = records, size, partitions, seed
-        self.topic = f"strata-bench-n{records}-s{size}-p{partitions}-seed{seed}"
+        self.topic = f"strata-bench-g{GEN_VERSION}-n{records}-s{size}-p{partitions}-seed{seed}"
         self.meta_file = DATASETS / f"{self.topic}.json"
         self.value_bytes = records * size
         self.key_bytes = key_bytes(records)

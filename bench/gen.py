@@ -37,8 +37,11 @@ BASE_EPOCH_MS = 1798761600000  # 2027-01-01T00:00:00Z: fixed, so TIME fields do 
 
 
 TABLES = ["orders", "customers", "payments"]
-# One record in this many (by i) repeats the previous record of its partition.
+# One record in this many of a partition repeats the partition's previous record.
 REPEAT_EVERY = 200
+# Part of a data set's identity (bench.py names its topic with it): a changed generator writes a
+# new topic instead of reusing one that holds another generator's records.
+VERSION = 2
 
 
 def _time_str(ms):
@@ -112,7 +115,7 @@ class Generator:
             p = i % self.partitions
             key = '{"order_id":%d}' % (100000000 + i)
             value = self._value(i)
-            if i % REPEAT_EVERY == REPEAT_EVERY - 1 and p in last:
+            if (i // self.partitions) % REPEAT_EVERY == REPEAT_EVERY - 1 and p in last:
                 key, value = last[p]
             assert len(value) == self.size, (len(value), self.size)
             last[p] = (key, value)
