@@ -7,7 +7,7 @@
 
 use crate::config::{CdcOptions, OnMalformed};
 use crate::format::cdc::{self, ColumnType, RepeatWindow};
-use crate::format::cdc_table::{self, Position, TableSchema};
+use crate::format::cdc_table::{self, Position, TableBuilder};
 use crate::format::{Compression, EncodeError, Encoder, FormatKind, FormatSpec, RecordView};
 use crate::layout::{DumpDir, ObjectName};
 use chrono_tz::Tz;
@@ -41,15 +41,10 @@ pub struct MalformedAt {
     pub why: String,
 }
 
-struct Table {
-    schema: TableSchema,
-    rows: Vec<(Position, cdc::Change)>,
-}
-
 /// The open bundle of a partition.
 pub struct Bundle {
     pub first_offset: i64,
-    tables: BTreeMap<String, Table>,
+    tables: BTreeMap<String, TableBuilder>,
     sides: BTreeMap<&'static str, Encoder<Vec<u8>>>,
     /// Memory the bundle holds, roughly (rows and their text, side encoders).
     pub bytes: usize,
@@ -119,7 +114,7 @@ impl Bundle {
     ) -> Result<Result<(), MalformedAt>, EncodeError> {
         self.counts.messages += 1;
         let value = r.value.unwrap_or_default();
-        self.bytes += value.len() + r.key.map_or(0, <[u8]>::len) + 64;
+        self.bytes += value.len() + r.key.map_or(0, <[u8]>::len);
         let parsed = match r.value {
             None => Err("the value is null (a tombstone)".to_string()),
             Some(v) => cdc::parse(v, opts.time_zone).map_err(|e| e.to_string()),
@@ -141,7 +136,13 @@ impl Bundle {
         };
         let mut plain = parsed.plain && r.headers.is_empty();
         let mut repeated = 0u64;
-        let key = r.key.map(bytes::Bytes::copy_from_slice);
+        let position = Position {
+            topic: topic.to_string(),
+            partition: r.partition,
+            offset: r.offset,
+            timestamp: r.timestamp,
+            key: r.key.map(bytes::Bytes::copy_from_slice),
+        };
         for c in parsed.changes {
             if c.global_id.as_deref().is_some_and(|id| window.check(id)) {
                 repeated += 1;
@@ -161,22 +162,10 @@ impl Bundle {
                         _ => true,
                     });
             }
-            let t = self.tables.entry(level).or_insert_with(|| Table {
-                schema: TableSchema::new(types.cloned().unwrap_or_default(), opts.time_zone),
-                rows: Vec::new(),
+            let t = self.tables.entry(level).or_insert_with(|| {
+                TableBuilder::new(types.cloned().unwrap_or_default(), opts.time_zone)
             });
-            t.schema.widen(&c);
-            self.bytes += 160;
-            t.rows.push((
-                Position {
-                    topic: topic.to_string(),
-                    partition: r.partition,
-                    offset: r.offset,
-                    timestamp: r.timestamp,
-                    key: key.clone(),
-                },
-                c,
-            ));
+            t.append(&position, &c)?;
             self.counts.changes += 1;
         }
         if repeated > 0 {
@@ -190,7 +179,10 @@ impl Bundle {
     }
 
     pub fn memory_bytes(&self) -> usize {
-        self.bytes
+        self.tables
+            .values()
+            .map(TableBuilder::memory_bytes)
+            .sum::<usize>()
             + self
                 .sides
                 .values()
@@ -217,7 +209,7 @@ impl Bundle {
         let key = |level: &str| format!("{}{level}/{time_dir}/{name}", dir.prefix());
         let mut files = Vec::new();
         for (level, t) in self.tables {
-            let batch = t.schema.batch(&t.rows)?;
+            let batch = t.finish()?;
             files.push((key(&level), cdc_table::to_parquet(&batch, compression, tz)?));
         }
         for (side, e) in self.sides {

@@ -1,19 +1,19 @@
-//! The rows of one source table as an Arrow batch, the shape of a CDC table file: the Kafka
-//! position, the change's metadata, then `new_<column>` and `old_<column>` for every source
-//! column seen (flat columns read plainly in DuckDB, Athena and Spark, and a file's schema
-//! widens by adding columns, which `union_by_name` readers merge), in the declared types,
-//! and `errors` naming every value that did not convert (the value is null there, never lost
-//! from the row's meaning: the raw message stays restorable from the archive).
+//! A CDC table file, both ways: rows built as changes arrive (the Kafka position, the change's
+//! metadata, then `new_<column>` and `old_<column>` for each source column a side's values had,
+//! flat columns that DuckDB, Athena and Spark read plainly and that `union_by_name` readers
+//! merge across files), in the declared types, with `errors` naming every value that did not
+//! convert; written as Parquet marked as CDC, and read back into changes for restore.
 
 use super::cdc::{convert, Change, ColumnType, Typed};
 use arrow_array::builder::{
-    BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder, Int32Builder,
-    Int64Builder, StringBuilder, TimestampMicrosecondBuilder, TimestampMillisecondBuilder,
+    ArrayBuilder, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder,
+    Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+    TimestampMillisecondBuilder,
 };
 use arrow_array::{ArrayRef, RecordBatch};
-use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow_schema::{ArrowError, DataType, Field, Schema, TimeUnit};
 use chrono_tz::Tz;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Where a change came from in Kafka.
@@ -27,12 +27,126 @@ pub struct Position {
     pub key: Option<bytes::Bytes>,
 }
 
-/// The columns of a table's file: the source columns seen so far, in their declared types.
-#[derive(Debug, Clone)]
-pub struct TableSchema {
-    columns: BTreeSet<String>,
+/// One source column's values, in its declared type.
+enum Column {
+    Str(StringBuilder),
+    Int(Int32Builder),
+    BigInt(Int64Builder),
+    Double(Float64Builder),
+    Decimal(Decimal128Builder),
+    Bool(BooleanBuilder),
+    Date(Date32Builder),
+    Timestamp(TimestampMicrosecondBuilder),
+}
+
+impl Column {
+    fn new(ty: ColumnType) -> Result<Self, ArrowError> {
+        Ok(match ty {
+            ColumnType::String => Self::Str(StringBuilder::new()),
+            ColumnType::Int => Self::Int(Int32Builder::new()),
+            ColumnType::BigInt => Self::BigInt(Int64Builder::new()),
+            ColumnType::Double => Self::Double(Float64Builder::new()),
+            ColumnType::Decimal { precision, scale } => Self::Decimal(
+                Decimal128Builder::new().with_precision_and_scale(precision, scale as i8)?,
+            ),
+            ColumnType::Bool => Self::Bool(BooleanBuilder::new()),
+            ColumnType::Date => Self::Date(Date32Builder::new()),
+            ColumnType::Timestamp => {
+                Self::Timestamp(TimestampMicrosecondBuilder::new().with_timezone("UTC"))
+            }
+        })
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Str(b) => b.len(),
+            Self::Int(b) => b.len(),
+            Self::BigInt(b) => b.len(),
+            Self::Double(b) => b.len(),
+            Self::Decimal(b) => b.len(),
+            Self::Bool(b) => b.len(),
+            Self::Date(b) => b.len(),
+            Self::Timestamp(b) => b.len(),
+        }
+    }
+
+    fn append_nulls(&mut self, n: usize) {
+        match self {
+            Self::Str(b) => b.append_nulls(n),
+            Self::Int(b) => b.append_nulls(n),
+            Self::BigInt(b) => b.append_nulls(n),
+            Self::Double(b) => b.append_nulls(n),
+            Self::Decimal(b) => b.append_nulls(n),
+            Self::Bool(b) => b.append_nulls(n),
+            Self::Date(b) => b.append_nulls(n),
+            Self::Timestamp(b) => b.append_nulls(n),
+        }
+    }
+
+    /// Appends `raw` converted; `Err` (and a null) when it does not convert.
+    fn append(&mut self, raw: &str, ty: ColumnType, tz: Tz) -> Result<(), String> {
+        if let Self::Str(b) = self {
+            b.append_value(raw);
+            return Ok(());
+        }
+        let v = match convert(raw, ty, tz) {
+            Ok(v) => v,
+            Err(why) => {
+                self.append_nulls(1);
+                return Err(why);
+            }
+        };
+        match (self, v) {
+            (Self::Int(b), Typed::Int(x)) => b.append_value(x),
+            (Self::BigInt(b), Typed::BigInt(x)) => b.append_value(x),
+            (Self::Double(b), Typed::Double(x)) => b.append_value(x),
+            (Self::Decimal(b), Typed::Decimal(x)) => b.append_value(x),
+            (Self::Bool(b), Typed::Bool(x)) => b.append_value(x),
+            (Self::Date(b), Typed::Date(x)) => b.append_value(x),
+            (Self::Timestamp(b), Typed::Timestamp(x)) => b.append_value(x),
+            (c, _) => c.append_nulls(1),
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> ArrayRef {
+        match self {
+            Self::Str(b) => Arc::new(b.finish()),
+            Self::Int(b) => Arc::new(b.finish()),
+            Self::BigInt(b) => Arc::new(b.finish()),
+            Self::Double(b) => Arc::new(b.finish()),
+            Self::Decimal(b) => Arc::new(b.finish()),
+            Self::Bool(b) => Arc::new(b.finish()),
+            Self::Date(b) => Arc::new(b.finish()),
+            Self::Timestamp(b) => Arc::new(b.finish()),
+        }
+    }
+}
+
+/// The rows of one table file, built as changes arrive: the metadata columns, then a column
+/// per source column and side (`new_<col>`, `old_<col>`, added when first seen and null for
+/// the rows before), then `errors` and `null_columns`.
+pub struct TableBuilder {
     types: BTreeMap<String, ColumnType>,
     tz: Tz,
+    rows: usize,
+    topic: StringBuilder,
+    partition: Int32Builder,
+    offset: Int64Builder,
+    kafka_timestamp: TimestampMillisecondBuilder,
+    change_index: Int32Builder,
+    time: TimestampMillisecondBuilder,
+    /// time_raw, global_id, database, schema, table, type, logical_clock_raw (in that order).
+    texts: [StringBuilder; 7],
+    logical_clock: Int64Builder,
+    kafka_key: BinaryBuilder,
+    source_offset: StringBuilder,
+    new: BTreeMap<String, Column>,
+    old: BTreeMap<String, Column>,
+    errors: StringBuilder,
+    nulls: StringBuilder,
+    /// Bytes appended, roughly (for the memory the open bundle holds).
+    bytes: usize,
 }
 
 fn utc_ms() -> DataType {
@@ -52,35 +166,38 @@ fn arrow_type(t: ColumnType) -> DataType {
     }
 }
 
-fn source_columns(c: &Change) -> impl Iterator<Item = &String> {
-    c.new_values
-        .iter()
-        .chain(c.old_values.iter())
-        .flat_map(|m| m.keys())
-}
+const TEXTS: [&str; 7] = [
+    "time_raw",
+    "global_id",
+    "database",
+    "schema",
+    "table",
+    "type",
+    "logical_clock_raw",
+];
 
-impl TableSchema {
+impl TableBuilder {
     /// `types`: the config's declarations for this table (other columns are strings).
     pub fn new(types: BTreeMap<String, ColumnType>, tz: Tz) -> Self {
         Self {
-            columns: BTreeSet::new(),
             types,
             tz,
-        }
-    }
-
-    /// Whether every column of `c` is in the schema (else the file ends and a wider one
-    /// opens).
-    pub fn covers(&self, c: &Change) -> bool {
-        source_columns(c).all(|k| self.columns.contains(k))
-    }
-
-    /// Adds the columns of `c`.
-    pub fn widen(&mut self, c: &Change) {
-        for k in source_columns(c) {
-            if !self.columns.contains(k) {
-                self.columns.insert(k.clone());
-            }
+            rows: 0,
+            topic: StringBuilder::new(),
+            partition: Int32Builder::new(),
+            offset: Int64Builder::new(),
+            kafka_timestamp: TimestampMillisecondBuilder::new().with_timezone("UTC"),
+            change_index: Int32Builder::new(),
+            time: TimestampMillisecondBuilder::new().with_timezone("UTC"),
+            texts: std::array::from_fn(|_| StringBuilder::new()),
+            logical_clock: Int64Builder::new(),
+            kafka_key: BinaryBuilder::new(),
+            source_offset: StringBuilder::new(),
+            new: BTreeMap::new(),
+            old: BTreeMap::new(),
+            errors: StringBuilder::new(),
+            nulls: StringBuilder::new(),
+            bytes: 0,
         }
     }
 
@@ -88,7 +205,93 @@ impl TableSchema {
         self.types.get(col).copied().unwrap_or(ColumnType::String)
     }
 
-    pub fn arrow(&self) -> SchemaRef {
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Memory the builders hold, roughly.
+    pub fn memory_bytes(&self) -> usize {
+        self.bytes + self.rows * 96
+    }
+
+    /// Adds one change as a row.
+    pub fn append(&mut self, p: &Position, c: &Change) -> Result<(), ArrowError> {
+        self.topic.append_value(&p.topic);
+        self.partition.append_value(p.partition);
+        self.offset.append_value(p.offset);
+        self.kafka_timestamp.append_option(p.timestamp);
+        self.change_index
+            .append_value(i32::try_from(c.index).unwrap_or(i32::MAX));
+        self.time.append_option(c.time_ms);
+        let kind = c.kind.as_str();
+        for (b, v) in self.texts.iter_mut().zip([
+            c.time_raw.as_deref(),
+            c.global_id.as_deref(),
+            c.database.as_deref(),
+            c.schema.as_deref(),
+            Some(c.table.as_str()),
+            Some(kind),
+            c.logical_clock_raw.as_deref(),
+        ]) {
+            self.bytes += v.map_or(0, str::len);
+            b.append_option(v);
+        }
+        self.logical_clock.append_option(c.logical_clock);
+        self.kafka_key.append_option(p.key.as_deref());
+        self.source_offset.append_option(c.offset_json.as_deref());
+        self.bytes +=
+            p.key.as_ref().map_or(0, |k| k.len()) + c.offset_json.as_ref().map_or(0, String::len);
+        let mut errors: Vec<String> = Vec::new();
+        let mut nulls: Vec<String> = Vec::new();
+        let (rows, tz) = (self.rows, self.tz);
+        for (side, values) in [("new", &c.new_values), ("old", &c.old_values)] {
+            let Some(values) = values else {
+                continue;
+            };
+            for (col, v) in values {
+                let ty = self.column_type(col);
+                let cols = if side == "new" {
+                    &mut self.new
+                } else {
+                    &mut self.old
+                };
+                let column = match cols.get_mut(col.as_str()) {
+                    Some(c) => c,
+                    None => {
+                        let mut fresh = Column::new(ty)?;
+                        fresh.append_nulls(rows);
+                        cols.entry(col.clone()).or_insert(fresh)
+                    }
+                };
+                match v {
+                    None => {
+                        column.append_nulls(1);
+                        nulls.push(format!("{side}_{col}"));
+                    }
+                    Some(raw) => {
+                        self.bytes += raw.len();
+                        if let Err(why) = column.append(raw, ty, tz) {
+                            errors.push(format!("{side}_{col}: {why}"));
+                        }
+                    }
+                }
+            }
+        }
+        self.rows += 1;
+        for column in self.new.values_mut().chain(self.old.values_mut()) {
+            if column.len() < self.rows {
+                column.append_nulls(1);
+            }
+        }
+        self.errors
+            .append_option((!errors.is_empty()).then(|| errors.join("; ")));
+        self.nulls
+            .append_option((!nulls.is_empty()).then(|| nulls.join(",")));
+        Ok(())
+    }
+
+    /// The rows as one batch.
+    pub fn finish(mut self) -> Result<RecordBatch, ArrowError> {
         let mut fields = vec![
             Field::new("topic", DataType::Utf8, false),
             Field::new("partition", DataType::Int32, false),
@@ -96,156 +299,45 @@ impl TableSchema {
             Field::new("kafka_timestamp", utc_ms(), true),
             Field::new("change_index", DataType::Int32, false),
             Field::new("time", utc_ms(), true),
-            Field::new("time_raw", DataType::Utf8, true),
-            Field::new("global_id", DataType::Utf8, true),
-            Field::new("database", DataType::Utf8, true),
-            Field::new("schema", DataType::Utf8, true),
-            Field::new("table", DataType::Utf8, false),
-            Field::new("type", DataType::Utf8, false),
-            Field::new("logical_clock", DataType::Int64, true),
-            Field::new("logical_clock_raw", DataType::Utf8, true),
-            Field::new("kafka_key", DataType::Binary, true),
-            Field::new("source_offset", DataType::Utf8, true),
         ];
-        for side in ["new", "old"] {
-            for col in &self.columns {
-                fields.push(Field::new(
-                    format!("{side}_{col}"),
-                    arrow_type(self.column_type(col)),
-                    true,
-                ));
+        let mut cols: Vec<ArrayRef> = vec![
+            Arc::new(self.topic.finish()),
+            Arc::new(self.partition.finish()),
+            Arc::new(self.offset.finish()),
+            Arc::new(self.kafka_timestamp.finish()),
+            Arc::new(self.change_index.finish()),
+            Arc::new(self.time.finish()),
+        ];
+        // time_raw, global_id, database, schema, table, type; logical_clock sits before its raw text.
+        for (i, (name, b)) in TEXTS.iter().zip(self.texts.iter_mut()).enumerate() {
+            if i == 6 {
+                fields.push(Field::new("logical_clock", DataType::Int64, true));
+                cols.push(Arc::new(self.logical_clock.finish()));
+            }
+            fields.push(Field::new(
+                *name,
+                DataType::Utf8,
+                !matches!(*name, "table" | "type"),
+            ));
+            cols.push(Arc::new(b.finish()));
+        }
+        fields.push(Field::new("kafka_key", DataType::Binary, true));
+        cols.push(Arc::new(self.kafka_key.finish()));
+        fields.push(Field::new("source_offset", DataType::Utf8, true));
+        cols.push(Arc::new(self.source_offset.finish()));
+        for (side, map) in [("new", &mut self.new), ("old", &mut self.old)] {
+            for (col, b) in map.iter_mut() {
+                let ty = self.types.get(col).copied().unwrap_or(ColumnType::String);
+                fields.push(Field::new(format!("{side}_{col}"), arrow_type(ty), true));
+                cols.push(b.finish());
             }
         }
         fields.push(Field::new("errors", DataType::Utf8, true));
+        cols.push(Arc::new(self.errors.finish()));
         fields.push(Field::new("null_columns", DataType::Utf8, true));
-        Arc::new(Schema::new(fields))
+        cols.push(Arc::new(self.nulls.finish()));
+        RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
     }
-
-    /// The rows as one batch (every change must be covered by the schema).
-    pub fn batch(&self, rows: &[(Position, Change)]) -> Result<RecordBatch, ArrowError> {
-        let n = rows.len();
-        let mut errors: Vec<Vec<String>> = vec![Vec::new(); n];
-        let mut cols: Vec<ArrayRef> = Vec::new();
-        let strings = |f: &dyn Fn(&Position, &Change) -> Option<String>| -> ArrayRef {
-            let mut b = StringBuilder::new();
-            for (p, c) in rows {
-                b.append_option(f(p, c));
-            }
-            Arc::new(b.finish())
-        };
-        cols.push(strings(&|p, _| Some(p.topic.clone())));
-        let mut b = Int32Builder::new();
-        rows.iter().for_each(|(p, _)| b.append_value(p.partition));
-        cols.push(Arc::new(b.finish()));
-        let mut b = Int64Builder::new();
-        rows.iter().for_each(|(p, _)| b.append_value(p.offset));
-        cols.push(Arc::new(b.finish()));
-        let mut b = TimestampMillisecondBuilder::new().with_timezone("UTC");
-        rows.iter().for_each(|(p, _)| b.append_option(p.timestamp));
-        cols.push(Arc::new(b.finish()));
-        let mut b = Int32Builder::new();
-        rows.iter()
-            .for_each(|(_, c)| b.append_value(i32::try_from(c.index).unwrap_or(i32::MAX)));
-        cols.push(Arc::new(b.finish()));
-        let mut b = TimestampMillisecondBuilder::new().with_timezone("UTC");
-        rows.iter().for_each(|(_, c)| b.append_option(c.time_ms));
-        cols.push(Arc::new(b.finish()));
-        cols.push(strings(&|_, c| c.time_raw.clone()));
-        cols.push(strings(&|_, c| c.global_id.clone()));
-        cols.push(strings(&|_, c| c.database.clone()));
-        cols.push(strings(&|_, c| c.schema.clone()));
-        cols.push(strings(&|_, c| Some(c.table.clone())));
-        cols.push(strings(&|_, c| Some(c.kind.as_str().to_string())));
-        let mut b = Int64Builder::new();
-        rows.iter()
-            .for_each(|(_, c)| b.append_option(c.logical_clock));
-        cols.push(Arc::new(b.finish()));
-        cols.push(strings(&|_, c| c.logical_clock_raw.clone()));
-        let mut b = BinaryBuilder::new();
-        rows.iter()
-            .for_each(|(p, _)| b.append_option(p.key.as_deref()));
-        cols.push(Arc::new(b.finish()));
-        cols.push(strings(&|_, c| c.offset_json.clone()));
-        for side in ["new", "old"] {
-            for col in &self.columns {
-                let ty = self.column_type(col);
-                let mut values = Vec::with_capacity(n);
-                for (i, (_, c)) in rows.iter().enumerate() {
-                    let map = if side == "new" {
-                        &c.new_values
-                    } else {
-                        &c.old_values
-                    };
-                    let raw = map
-                        .as_ref()
-                        .and_then(|m| m.get(col))
-                        .and_then(|v| v.as_deref());
-                    values.push(match raw.map(|r| convert(r, ty, self.tz)) {
-                        None => None,
-                        Some(Ok(v)) => Some(v),
-                        Some(Err(why)) => {
-                            errors[i].push(format!("{side}_{col}: {why}"));
-                            None
-                        }
-                    });
-                }
-                cols.push(typed_array(ty, values)?);
-            }
-        }
-        let mut b = StringBuilder::new();
-        for e in &errors {
-            b.append_option((!e.is_empty()).then(|| e.join("; ")));
-        }
-        cols.push(Arc::new(b.finish()));
-        // Which values were JSON null (a null cell alone cannot tell null from absent).
-        let mut b = StringBuilder::new();
-        for (_, c) in rows {
-            let nulls: Vec<String> = [("new", &c.new_values), ("old", &c.old_values)]
-                .into_iter()
-                .flat_map(|(side, m)| {
-                    m.iter()
-                        .flatten()
-                        .filter(|(_, v)| v.is_none())
-                        .map(move |(k, _)| format!("{side}_{k}"))
-                })
-                .collect();
-            b.append_option((!nulls.is_empty()).then(|| nulls.join(",")));
-        }
-        cols.push(Arc::new(b.finish()));
-        RecordBatch::try_new(self.arrow(), cols)
-    }
-}
-
-/// One column of converted values (each `Typed` is of the column's type by construction).
-fn typed_array(ty: ColumnType, values: Vec<Option<Typed>>) -> Result<ArrayRef, ArrowError> {
-    macro_rules! build {
-        ($builder:expr, $variant:ident) => {{
-            let mut b = $builder;
-            for v in values {
-                match v {
-                    Some(Typed::$variant(x)) => b.append_value(x),
-                    _ => b.append_null(),
-                }
-            }
-            Arc::new(b.finish()) as ArrayRef
-        }};
-    }
-    Ok(match ty {
-        ColumnType::Int => build!(Int32Builder::new(), Int),
-        ColumnType::BigInt => build!(Int64Builder::new(), BigInt),
-        ColumnType::Double => build!(Float64Builder::new(), Double),
-        ColumnType::Bool => build!(BooleanBuilder::new(), Bool),
-        ColumnType::Date => build!(Date32Builder::new(), Date),
-        ColumnType::Timestamp => build!(
-            TimestampMicrosecondBuilder::new().with_timezone("UTC"),
-            Timestamp
-        ),
-        ColumnType::String => build!(StringBuilder::new(), String),
-        ColumnType::Decimal { precision, scale } => build!(
-            Decimal128Builder::new().with_precision_and_scale(precision, scale as i8)?,
-            Decimal
-        ),
-    })
 }
 
 /// The Parquet key-value metadata that marks a CDC table file; its value is the time zone
@@ -532,7 +624,7 @@ mod tests {
                 },
             ),
         ]);
-        let mut s = TableSchema::new(types, Tz::UTC);
+        let mut s = TableBuilder::new(types, Tz::UTC);
         let mut all = rows(
             r#"[{"TIME":"20240101000000","GLOBAL_ID":"g1","DATABASE":"shop","TABLE":"orders","TYPE":"I","LOGICAL_CLOCK":"5","NEW_VALUES":{"id":"7","amount":"12.30","note":"hi"}}]"#,
             40,
@@ -541,12 +633,10 @@ mod tests {
             r#"[{"GLOBAL_ID":"g2","DATABASE":"shop","TABLE":"orders","TYPE":"U","OLD_VALUES":{"id":"7","amount":"12.30"},"NEW_VALUES":{"id":"x7","amount":"13"}}]"#,
             41,
         ));
-        assert!(!s.covers(&all[0].1));
-        for (_, c) in &all {
-            s.widen(c);
+        for (p, c) in &all {
+            s.append(p, c).unwrap();
         }
-        assert!(all.iter().all(|(_, c)| s.covers(c)));
-        let b = s.batch(&all).unwrap();
+        let b = s.finish().unwrap();
         let names: Vec<String> = b
             .schema()
             .fields()
@@ -561,7 +651,6 @@ mod tests {
                 "new_note",
                 "old_amount",
                 "old_id",
-                "old_note",
                 "errors",
                 "null_columns"
             ]
@@ -580,8 +669,10 @@ mod tests {
         let errors = b.column_by_name("errors").unwrap().as_string::<i32>();
         assert!(errors.is_null(0));
         assert_eq!(errors.value(1), "new_id: \"x7\" is not a valid int");
-        let old_note = b.column_by_name("old_note").unwrap();
-        assert_eq!(old_note.null_count(), 2);
+        // A side has the columns its values had: no old note was seen.
+        assert!(b.column_by_name("old_note").is_none());
+        let old_id = b.column_by_name("old_id").unwrap();
+        assert_eq!(old_id.null_count(), 1, "the insert has no old values");
         let kind = b.column_by_name("type").unwrap().as_string::<i32>();
         assert_eq!((kind.value(0), kind.value(1)), ("I", "U"));
         // And it is a Parquet file as it is.
@@ -618,27 +709,23 @@ mod tests {
                 },
             ),
         ]);
-        let mut s = TableSchema::new(types, Tz::UTC);
-        let mut all = Vec::new();
+        let mut s = TableBuilder::new(types, Tz::UTC);
         for (i, m) in msgs.iter().enumerate() {
             let p = super::super::cdc::parse(m.as_bytes(), Tz::UTC).unwrap();
             assert!(p.plain, "{m}");
             for c in p.changes {
-                s.widen(&c);
-                all.push((
-                    Position {
-                        topic: "t".into(),
-                        partition: 0,
-                        offset: i as i64,
-                        timestamp: Some(5),
-                        key: Some(bytes::Bytes::from_static(b"k")),
-                    },
-                    c,
-                ));
+                let at = Position {
+                    topic: "t".into(),
+                    partition: 0,
+                    offset: i as i64,
+                    timestamp: Some(5),
+                    key: Some(bytes::Bytes::from_static(b"k")),
+                };
+                s.append(&at, &c).unwrap();
             }
         }
         let file = to_parquet(
-            &s.batch(&all).unwrap(),
+            &s.finish().unwrap(),
             super::super::Compression::Zstd,
             Tz::UTC,
         )
