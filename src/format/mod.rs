@@ -5,6 +5,7 @@
 //! budget counts it); decoders turn a whole object back into owned records.
 
 pub mod cdc;
+mod cdc_parse;
 pub mod cdc_table;
 mod jsonl;
 mod parquet;
