@@ -7,10 +7,9 @@
 
 use crate::config::{CdcOptions, OnMalformed};
 use crate::format::cdc::{self, ColumnType, RepeatWindow};
-use crate::format::cdc_table::{self, Position, TableBuilder};
+use crate::format::cdc_table::{Position, TableBuilder};
 use crate::format::{Compression, EncodeError, Encoder, FormatKind, FormatSpec, RecordView};
 use crate::layout::{DumpDir, ObjectName};
-use chrono_tz::Tz;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -30,6 +29,17 @@ pub struct Counts {
     pub malformed: u64,
     /// Messages also kept whole because their rows do not rebuild them exactly.
     pub verbatim: u64,
+}
+
+/// What became of a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pushed {
+    Done,
+    /// It stops the task (`on_malformed = "fail"`).
+    Malformed(MalformedAt),
+    /// It adds a column to a table whose file's columns are fixed: nothing of it was taken;
+    /// the bundle ends before it and the next one starts with it.
+    Widens,
 }
 
 /// A message that stops the task (`on_malformed = "fail"`).
@@ -111,10 +121,7 @@ impl Bundle {
         window: &mut RepeatWindow,
         opts: &CdcOptions,
         compression: Compression,
-    ) -> Result<Result<(), MalformedAt>, EncodeError> {
-        self.counts.messages += 1;
-        let value = r.value.unwrap_or_default();
-        self.bytes += value.len() + r.key.map_or(0, <[u8]>::len);
+    ) -> Result<Pushed, EncodeError> {
         let parsed = match r.value {
             None => Err("the value is null (a tombstone)".to_string()),
             Some(v) => cdc::parse(v, opts.time_zone).map_err(|e| e.to_string()),
@@ -123,17 +130,28 @@ impl Bundle {
             Ok(p) => p,
             Err(why) => {
                 if opts.on_malformed == OnMalformed::Fail {
-                    return Ok(Err(MalformedAt {
+                    return Ok(Pushed::Malformed(MalformedAt {
                         partition: r.partition,
                         offset: r.offset,
                         why,
                     }));
                 }
+                self.taken(r);
                 self.counts.malformed += 1;
                 self.keep(ERRORS, topic, r, compression)?;
-                return Ok(Ok(()));
+                return Ok(Pushed::Done);
             }
         };
+        // Decided before anything of the message is taken (the window included), so that
+        // where a bundle ends depends on the records alone.
+        if parsed
+            .changes
+            .iter()
+            .any(|c| self.tables.get(&table_level(c)).is_some_and(|t| !t.fits(c)))
+        {
+            return Ok(Pushed::Widens);
+        }
+        self.taken(r);
         let mut plain = parsed.plain && r.headers.is_empty();
         let mut repeated = 0u64;
         let position = Position {
@@ -163,7 +181,11 @@ impl Bundle {
                     });
             }
             let t = self.tables.entry(level).or_insert_with(|| {
-                TableBuilder::new(types.cloned().unwrap_or_default(), opts.time_zone)
+                TableBuilder::new(
+                    types.cloned().unwrap_or_default(),
+                    opts.time_zone,
+                    compression,
+                )
             });
             t.append(&position, &c)?;
             self.counts.changes += 1;
@@ -175,7 +197,12 @@ impl Bundle {
             self.counts.verbatim += 1;
             self.keep(VERBATIM, topic, r, compression)?;
         }
-        Ok(Ok(()))
+        Ok(Pushed::Done)
+    }
+
+    fn taken(&mut self, r: &RecordView<'_>) {
+        self.counts.messages += 1;
+        self.bytes += r.value.map_or(0, <[u8]>::len) + r.key.map_or(0, <[u8]>::len);
     }
 
     pub fn memory_bytes(&self) -> usize {
@@ -197,8 +224,6 @@ impl Bundle {
         time_dir: &str,
         topic: &str,
         partition: i32,
-        compression: Compression,
-        tz: Tz,
     ) -> Result<Files, EncodeError> {
         let name = ObjectName {
             topic: topic.to_string(),
@@ -209,8 +234,7 @@ impl Bundle {
         let key = |level: &str| format!("{}{level}/{time_dir}/{name}", dir.prefix());
         let mut files = Vec::new();
         for (level, t) in self.tables {
-            let batch = t.finish()?;
-            files.push((key(&level), cdc_table::to_parquet(&batch, compression, tz)?));
+            files.push((key(&level), t.finish()?));
         }
         for (side, e) in self.sides {
             files.push((key(side), e.finish()?.out));
@@ -261,6 +285,7 @@ pub fn state_for(keys: &[String], first: i64) -> Option<&String> {
 mod tests {
     use super::*;
     use crate::format::TimestampType;
+    use chrono_tz::Tz;
 
     fn opts(on_malformed: OnMalformed) -> CdcOptions {
         CdcOptions {
@@ -306,15 +331,16 @@ mod tests {
             r#"[{"DATABASE":"shop","GLOBAL_ID":"g4","NEW_VALUES":{"amount":"1.5"},"TABLE":"orders","TYPE":"I"}]"#,
         ];
         for (i, m) in msgs.iter().enumerate() {
-            b.push(
-                "cdc",
-                &view(40 + i as i64, m),
-                &mut w,
-                &o,
-                Compression::Snappy,
-            )
-            .unwrap()
-            .unwrap();
+            let pushed = b
+                .push(
+                    "cdc",
+                    &view(40 + i as i64, m),
+                    &mut w,
+                    &o,
+                    Compression::Snappy,
+                )
+                .unwrap();
+            assert_eq!(pushed, Pushed::Done);
         }
         assert_eq!(
             b.counts,
@@ -327,9 +353,7 @@ mod tests {
             }
         );
         let dir = DumpDir::parse("arch").unwrap();
-        let f = b
-            .finish(&dir, "2023/11/14", "cdc", 3, Compression::Snappy, Tz::UTC)
-            .unwrap();
+        let f = b.finish(&dir, "2023/11/14", "cdc", 3).unwrap();
         let keys: Vec<&str> = f.files.iter().map(|(k, _)| k.as_str()).collect();
         let name = "cdc+3+00000000000000000040.parquet";
         assert_eq!(
@@ -342,7 +366,9 @@ mod tests {
                 format!("arch/shop.users/2023/11/14/{name}"),
             ]
         );
-        let orders = cdc_table::decode(bytes::Bytes::from(f.files[3].1.clone()), 1 << 30).unwrap();
+        let orders =
+            crate::format::cdc_table::decode(bytes::Bytes::from(f.files[3].1.clone()), 1 << 30)
+                .unwrap();
         let ids: Vec<_> = orders
             .iter()
             .map(|r| r.change.global_id.clone().unwrap())
@@ -362,9 +388,84 @@ mod tests {
     }
 
     #[test]
+    fn a_new_column_after_the_first_rows_were_flushed_ends_the_bundle_before_its_message() {
+        let o = opts(OnMalformed::Keep);
+        let mut w = RepeatWindow::new(100_000);
+        let mut b = Bundle::new(0);
+        let msg = |i: usize, extra: &str| {
+            format!(
+                r#"[{{"DATABASE":"shop","GLOBAL_ID":"g{i}","NEW_VALUES":{{"id":"{i}"{extra}}},"TABLE":"users","TYPE":"I"}}]"#
+            )
+        };
+        // Before any flush a new column just widens the file.
+        let first = msg(0, r#","name":"a""#);
+        assert_eq!(
+            b.push("cdc", &view(0, &first), &mut w, &o, Compression::Snappy)
+                .unwrap(),
+            Pushed::Done
+        );
+        let mut i = 1;
+        while b.tables["shop.users"].fits(
+            &cdc::parse(msg(0, r#","email":"x""#).as_bytes(), Tz::UTC)
+                .unwrap()
+                .changes[0],
+        ) {
+            let m = msg(i, "");
+            assert_eq!(
+                b.push("cdc", &view(i as i64, &m), &mut w, &o, Compression::Snappy)
+                    .unwrap(),
+                Pushed::Done
+            );
+            i += 1;
+            assert!(i < 100_000, "the table never flushed");
+        }
+        let widening = msg(i, r#","email":"x""#);
+        let before = (b.counts, w.len());
+        assert_eq!(
+            b.push(
+                "cdc",
+                &view(i as i64, &widening),
+                &mut w,
+                &o,
+                Compression::Snappy
+            )
+            .unwrap(),
+            Pushed::Widens
+        );
+        assert_eq!(
+            (b.counts, w.len()),
+            before,
+            "nothing of the message was taken"
+        );
+        let mut next = Bundle::new(i as i64);
+        assert_eq!(
+            next.push(
+                "cdc",
+                &view(i as i64, &widening),
+                &mut w,
+                &o,
+                Compression::Snappy
+            )
+            .unwrap(),
+            Pushed::Done
+        );
+        // The first bundle's file holds all its rows.
+        let dir = DumpDir::parse("d").unwrap();
+        let f = b.finish(&dir, "2024", "cdc", 3).unwrap();
+        let rows =
+            crate::format::cdc_table::decode(bytes::Bytes::from(f.files[0].1.clone()), 1 << 30)
+                .unwrap();
+        assert_eq!(rows.len(), i);
+        assert_eq!(
+            rows[0].change.new_values.as_ref().unwrap()["name"].as_deref(),
+            Some("a")
+        );
+    }
+
+    #[test]
     fn a_malformed_message_stops_the_task_when_so_configured() {
         let mut b = Bundle::new(0);
-        let err = b
+        let pushed = b
             .push(
                 "cdc",
                 &view(7, "[]"),
@@ -372,9 +473,12 @@ mod tests {
                 &opts(OnMalformed::Fail),
                 Compression::Snappy,
             )
-            .unwrap()
-            .unwrap_err();
+            .unwrap();
+        let Pushed::Malformed(err) = pushed else {
+            panic!("{pushed:?}");
+        };
         assert_eq!((err.partition, err.offset), (3, 7));
+        assert_eq!(b.counts, Counts::default(), "nothing of it was taken");
         assert!(err.to_string().contains("on_malformed = \"keep\""), "{err}");
     }
 

@@ -19,6 +19,8 @@ pub enum RollReason {
     Shutdown,
     /// A CDC bundle written again ends where an earlier attempt at it ended.
     Cut,
+    /// A CDC message adds a column to a table whose file's columns are fixed.
+    Schema,
 }
 
 impl RollReason {
@@ -30,6 +32,7 @@ impl RollReason {
             Self::Memory => "memory",
             Self::Shutdown => "shutdown",
             Self::Cut => "cut",
+            Self::Schema => "schema",
         }
     }
 }

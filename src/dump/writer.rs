@@ -9,7 +9,7 @@
 
 use super::batch::Batch;
 use super::budget::{ByteBudget, Permit};
-use super::cdc::{Bundle, Counts, WindowState};
+use super::cdc::{Bundle, Counts, Pushed, WindowState};
 use super::roll::{self, RollReason};
 use super::upload::PartitionFlags;
 use super::{Fatal, Tp};
@@ -388,13 +388,19 @@ impl PartitionWriter {
                     return Err(no_window(task));
                 };
                 match bundle.push(&tp.topic, r, window, cdc, task.format.compression) {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(m)) => {
+                    Ok(Pushed::Done) => Ok(()),
+                    Ok(Pushed::Malformed(m)) => {
                         return Err(super::DumpError::Malformed {
                             task: task.name.to_string(),
                             topic: tp.topic.to_string(),
                             source: m,
                         })
+                    }
+                    Ok(Pushed::Widens) => {
+                        // A new column for a table whose file is under way: this message
+                        // starts the next bundle (a fresh bundle takes any message).
+                        self.close(task, RollReason::Schema)?;
+                        return self.append(tp, r, cx);
                     }
                     Err(e) => Err(e),
                 }
@@ -568,7 +574,7 @@ impl PartitionWriter {
         last_offset: i64,
         reason: RollReason,
     ) -> Result<(), super::DumpError> {
-        let (Some(window), Some(cdc)) = (window, task.cdc.as_ref()) else {
+        let (Some(window), Some(_)) = (window, task.cdc.as_ref()) else {
             return Err(no_window(task));
         };
         let first = bundle.first_offset;
@@ -579,8 +585,6 @@ impl PartitionWriter {
                 &task.time_directory.render(period),
                 &tp_topic,
                 self.tp.partition,
-                task.format.compression,
-                cdc.time_zone,
             )
             .map_err(|e| encode_error(task, key, e))?;
         let bytes: usize = done.files.iter().map(|(_, b)| b.len()).sum();

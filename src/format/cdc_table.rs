@@ -145,9 +145,17 @@ pub struct TableBuilder {
     old: BTreeMap<String, Column>,
     errors: StringBuilder,
     nulls: StringBuilder,
-    /// Bytes appended, roughly (for the memory the open bundle holds).
+    /// Bytes appended since the last flush, roughly (for the memory the open bundle holds).
     bytes: usize,
+    compression: super::Compression,
+    /// Rows flushed so far go here; its schema is fixed from the first flush on.
+    writer: Option<parquet::arrow::ArrowWriter<Vec<u8>>>,
 }
+
+/// Rows gather in the builders until this many (or [`FLUSH_BYTES`]), then go to the file's
+/// writer: memory per open table stays small, and the writer's buffers are reused.
+const FLUSH_ROWS: usize = 8192;
+const FLUSH_BYTES: usize = 4 << 20;
 
 fn utc_ms() -> DataType {
     DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into()))
@@ -178,8 +186,14 @@ const TEXTS: [&str; 7] = [
 
 impl TableBuilder {
     /// `types`: the config's declarations for this table (other columns are strings).
-    pub fn new(types: BTreeMap<String, ColumnType>, tz: Tz) -> Self {
+    pub fn new(
+        types: BTreeMap<String, ColumnType>,
+        tz: Tz,
+        compression: super::Compression,
+    ) -> Self {
         Self {
+            compression,
+            writer: None,
             types,
             tz,
             rows: 0,
@@ -205,17 +219,32 @@ impl TableBuilder {
         self.types.get(col).copied().unwrap_or(ColumnType::String)
     }
 
-    pub fn rows(&self) -> usize {
-        self.rows
+    /// Whether `c` adds no column once the file's columns are fixed (its first rows were
+    /// flushed): a change that does ends the bundle, and starts the next one.
+    pub fn fits(&self, c: &Change) -> bool {
+        self.writer.is_none()
+            || [(&c.new_values, &self.new), (&c.old_values, &self.old)]
+                .into_iter()
+                .all(|(values, cols)| {
+                    values
+                        .iter()
+                        .flat_map(|m| m.keys())
+                        .all(|k| cols.contains_key(k.as_str()))
+                })
     }
 
-    /// Memory the builders hold, roughly.
+    /// Memory held: pending rows, the writer's open row group and the file written so far.
     pub fn memory_bytes(&self) -> usize {
-        self.bytes + self.rows * 96
+        self.bytes
+            + self.rows * 96
+            + self
+                .writer
+                .as_ref()
+                .map_or(0, |w| w.memory_size() + w.inner().capacity())
     }
 
-    /// Adds one change as a row.
-    pub fn append(&mut self, p: &Position, c: &Change) -> Result<(), ArrowError> {
+    /// Adds one change as a row (the caller checked [`Self::fits`]).
+    pub fn append(&mut self, p: &Position, c: &Change) -> Result<(), super::EncodeError> {
         self.topic.append_value(&p.topic);
         self.partition.append_value(p.partition);
         self.offset.append_value(p.offset);
@@ -287,11 +316,42 @@ impl TableBuilder {
             .append_option((!errors.is_empty()).then(|| errors.join("; ")));
         self.nulls
             .append_option((!nulls.is_empty()).then(|| nulls.join(",")));
+        if self.rows >= FLUSH_ROWS || self.bytes >= FLUSH_BYTES {
+            self.flush()?;
+        }
         Ok(())
     }
 
-    /// The rows as one batch.
-    pub fn finish(mut self) -> Result<RecordBatch, ArrowError> {
+    /// Hands the pending rows to the file's writer.
+    fn flush(&mut self) -> Result<(), super::EncodeError> {
+        let batch = self.batch()?;
+        self.rows = 0;
+        self.bytes = 0;
+        let w = match &mut self.writer {
+            Some(w) => w,
+            None => self.writer.insert(parquet::arrow::ArrowWriter::try_new(
+                Vec::new(),
+                batch.schema(),
+                Some(properties(self.compression, self.tz)?),
+            )?),
+        };
+        w.write(&batch)?;
+        Ok(())
+    }
+
+    /// The finished Parquet file.
+    pub fn finish(mut self) -> Result<Vec<u8>, super::EncodeError> {
+        if self.rows > 0 || self.writer.is_none() {
+            self.flush()?;
+        }
+        match self.writer.take() {
+            Some(w) => Ok(w.into_inner()?),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The pending rows as one batch (the builders start over).
+    fn batch(&mut self) -> Result<RecordBatch, ArrowError> {
         let mut fields = vec![
             Field::new("topic", DataType::Utf8, false),
             Field::new("partition", DataType::Int32, false),
@@ -344,24 +404,19 @@ impl TableBuilder {
 /// its `TIME` and timestamp columns were read in (restore renders them back in it).
 pub const CDC_META: &str = "strata.cdc.time_zone";
 
-/// One table file: the batch as Parquet, compressed as the task says, marked as CDC.
-pub fn to_parquet(
-    batch: &RecordBatch,
+/// A table file's writer settings: the task's codec, marked as CDC (with its time zone),
+/// page statistics on (analysts filter on these columns).
+fn properties(
     compression: super::Compression,
     tz: Tz,
-) -> Result<Vec<u8>, super::EncodeError> {
-    let props = parquet::file::properties::WriterProperties::builder()
+) -> Result<parquet::file::properties::WriterProperties, super::EncodeError> {
+    Ok(parquet::file::properties::WriterProperties::builder()
         .set_compression(super::parquet::codec(compression)?)
         .set_key_value_metadata(Some(vec![parquet::file::metadata::KeyValue::new(
             CDC_META.to_string(),
             tz.name().to_string(),
         )]))
-        .build();
-    let mut out = Vec::new();
-    let mut w = parquet::arrow::ArrowWriter::try_new(&mut out, batch.schema(), Some(props))?;
-    w.write(batch)?;
-    w.close()?;
-    Ok(out)
+        .build())
 }
 
 /// A change read back from a table file, with the message it belongs to.
@@ -624,7 +679,7 @@ mod tests {
                 },
             ),
         ]);
-        let mut s = TableBuilder::new(types, Tz::UTC);
+        let mut s = TableBuilder::new(types, Tz::UTC, super::super::Compression::Snappy);
         let mut all = rows(
             r#"[{"TIME":"20240101000000","GLOBAL_ID":"g1","DATABASE":"shop","TABLE":"orders","TYPE":"I","LOGICAL_CLOCK":"5","NEW_VALUES":{"id":"7","amount":"12.30","note":"hi"}}]"#,
             40,
@@ -636,7 +691,17 @@ mod tests {
         for (p, c) in &all {
             s.append(p, c).unwrap();
         }
-        let b = s.finish().unwrap();
+        // It is a Parquet file as it is: read it back with the plain reader.
+        let file = bytes::Bytes::from(s.finish().unwrap());
+        let mut back: Vec<RecordBatch> =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+                .unwrap()
+                .build()
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+        assert_eq!(back.len(), 1);
+        let b = back.remove(0);
         let names: Vec<String> = b
             .schema()
             .fields()
@@ -675,21 +740,6 @@ mod tests {
         assert_eq!(old_id.null_count(), 1, "the insert has no old values");
         let kind = b.column_by_name("type").unwrap().as_string::<i32>();
         assert_eq!((kind.value(0), kind.value(1)), ("I", "U"));
-        // And it is a Parquet file as it is.
-        let mut file = Vec::new();
-        let mut w = parquet::arrow::ArrowWriter::try_new(&mut file, b.schema(), None).unwrap();
-        w.write(&b).unwrap();
-        w.close().unwrap();
-        let back: Vec<RecordBatch> =
-            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
-                bytes::Bytes::from(file),
-            )
-            .unwrap()
-            .build()
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        assert_eq!(back, vec![b]);
     }
 
     #[test]
@@ -709,7 +759,7 @@ mod tests {
                 },
             ),
         ]);
-        let mut s = TableBuilder::new(types, Tz::UTC);
+        let mut s = TableBuilder::new(types, Tz::UTC, super::super::Compression::Zstd);
         for (i, m) in msgs.iter().enumerate() {
             let p = super::super::cdc::parse(m.as_bytes(), Tz::UTC).unwrap();
             assert!(p.plain, "{m}");
@@ -724,12 +774,7 @@ mod tests {
                 s.append(&at, &c).unwrap();
             }
         }
-        let file = to_parquet(
-            &s.finish().unwrap(),
-            super::super::Compression::Zstd,
-            Tz::UTC,
-        )
-        .unwrap();
+        let file = s.finish().unwrap();
         let data = bytes::Bytes::from(file);
         assert!(is_table_file(&data));
         let back = decode(data, 1 << 30).unwrap();
