@@ -144,6 +144,28 @@ fn sigterm(child: &mut std::process::Child) -> std::process::ExitStatus {
     }
 }
 
+/// Starts `strata dump` `rounds` times and kills it with SIGKILL (no flush, no commit, no
+/// goodbye to the group) at a random moment from `min_ms` to 2.5 s after it owns partitions.
+async fn kill_rounds(cfg: &Path, log: &Path, rounds: usize, min_ms: u64) {
+    let seed: u64 = rand::rng().random();
+    eprintln!("crash test seed {seed}");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    for round in 0..rounds {
+        let assigned_before = count_in(log, "Assigned");
+        let mut child = spawn_dump(cfg, log);
+        eventually(
+            60,
+            &format!("round {round}: partitions assigned"),
+            || async { count_in(log, "Assigned") > assigned_before },
+        )
+        .await;
+        let wait = rng.random_range(min_ms..2500);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
+
 async fn kill_9_scenario(archive: Archive) {
     let topic = unique("crash");
     create_topic(&topic, 4).await;
@@ -161,25 +183,8 @@ async fn kill_9_scenario(archive: Archive) {
     );
     let stop = Arc::new(AtomicBool::new(false));
     let producer = start_producer(&topic, 4, stop.clone());
-    let seed: u64 = rand::rng().random();
-    eprintln!("crash test seed {seed}");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let log = dir.path().join("dump.log");
-    for round in 0..10 {
-        let assigned_before = count_in(&log, "Assigned");
-        let mut child = spawn_dump(&cfg, &log);
-        // Kill only once this process owns partitions, at a random moment after that.
-        eventually(
-            60,
-            &format!("round {round}: partitions assigned"),
-            || async { count_in(&log, "Assigned") > assigned_before },
-        )
-        .await;
-        let wait = rng.random_range(200..2500);
-        tokio::time::sleep(Duration::from_millis(wait)).await;
-        child.kill().unwrap(); // SIGKILL: no flush, no commit, no goodbye to the group
-        child.wait().unwrap();
-    }
+    kill_rounds(&cfg, &log, 10, 200).await;
     stop.store(true, Ordering::Relaxed);
     let produced = producer.await.unwrap();
     // What the killed writers left (incomplete uploads, temp files, seals) is older than the
@@ -1128,23 +1133,8 @@ async fn kill_9_at_random_moments_keeps_cdc_tables_exact() {
             tokio::time::sleep(Duration::from_millis(40)).await;
         }
     });
-    let seed: u64 = rand::rng().random();
-    eprintln!("cdc crash test seed {seed}");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let log = dir.path().join("dump.log");
-    for round in 0..6 {
-        let assigned_before = count_in(&log, "Assigned");
-        let mut child = spawn_dump(&cfg, &log);
-        eventually(
-            60,
-            &format!("round {round}: partitions assigned"),
-            || async { count_in(&log, "Assigned") > assigned_before },
-        )
-        .await;
-        tokio::time::sleep(Duration::from_millis(rng.random_range(300..2500))).await;
-        child.kill().unwrap();
-        child.wait().unwrap();
-    }
+    kill_rounds(&cfg, &log, 6, 300).await;
     producing.await.unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
     run_once(&cfg);

@@ -667,9 +667,9 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn a_table_file_has_metadata_then_new_and_old_columns_in_declared_types() {
-        let types = BTreeMap::from([
+    /// `id` an int, `amount` a decimal(10,2); other columns strings.
+    fn id_and_amount() -> BTreeMap<String, ColumnType> {
+        BTreeMap::from([
             ("id".to_string(), ColumnType::Int),
             (
                 "amount".to_string(),
@@ -678,7 +678,12 @@ mod tests {
                     scale: 2,
                 },
             ),
-        ]);
+        ])
+    }
+
+    #[test]
+    fn a_table_file_has_metadata_then_new_and_old_columns_in_declared_types() {
+        let types = id_and_amount();
         let mut s = TableBuilder::new(types, Tz::UTC, super::super::Compression::Snappy);
         let mut all = rows(
             r#"[{"TIME":"20240101000000","GLOBAL_ID":"g1","DATABASE":"shop","TABLE":"orders","TYPE":"I","LOGICAL_CLOCK":"5","NEW_VALUES":{"id":"7","amount":"12.30","note":"hi"}}]"#,
@@ -749,16 +754,7 @@ mod tests {
             r#"[{"DATABASE":"shop","GLOBAL_ID":"g1","LOGICAL_CLOCK":"5","NEW_VALUES":{"amount":"12.30","id":"7","note":null},"OFFSET":{"BINLOG_NAME":"b.3","BINLOG_POS":"42"},"TABLE":"orders","TIME":"20240101000000","TYPE":"I"}]"#,
             r#"[{"DATABASE":"shop","GLOBAL_ID":"g2","NEW_VALUES":{"amount":"13.00","id":"7"},"OLD_VALUES":{"amount":"12.30","id":"7"},"SCHEMA":"public","TABLE":"orders","TYPE":"U"},{"DATABASE":"shop","GLOBAL_ID":"g3","OLD_VALUES":{"amount":"1.00","id":"8"},"SCHEMA":"public","TABLE":"orders","TYPE":"D"}]"#,
         ];
-        let types = BTreeMap::from([
-            ("id".to_string(), ColumnType::Int),
-            (
-                "amount".to_string(),
-                ColumnType::Decimal {
-                    precision: 10,
-                    scale: 2,
-                },
-            ),
-        ]);
+        let types = id_and_amount();
         let mut s = TableBuilder::new(types, Tz::UTC, super::super::Compression::Zstd);
         for (i, m) in msgs.iter().enumerate() {
             let p = super::super::cdc::parse(m.as_bytes(), Tz::UTC).unwrap();
