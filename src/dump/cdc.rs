@@ -173,7 +173,7 @@ impl Bundle {
                     .into_iter()
                     .flatten()
                     .flat_map(|m| m.iter())
-                    .all(|(col, v)| match (types.get(col), v) {
+                    .all(|(col, v)| match (types.get(col.as_ref()), v) {
                         (Some(ty), Some(raw)) if *ty != ColumnType::String => {
                             cdc::renders_back(raw, *ty, opts.time_zone)
                         }
@@ -484,20 +484,15 @@ mod tests {
 
     #[test]
     fn tables_never_take_the_name_of_a_side_or_of_strata_s_own_directory() {
-        let c = |db: Option<&str>, t: &str| {
-            cdc::parse(
+        let level = |db: Option<&str>, t: &str| {
+            let msg =
                 serde_json::json!([{"DATABASE": db, "TABLE": t, "TYPE": "I", "NEW_VALUES": {}}])
-                    .to_string()
-                    .as_bytes(),
-                Tz::UTC,
-            )
-            .unwrap()
-            .changes
-            .remove(0)
+                    .to_string();
+            table_level(&cdc::parse(msg.as_bytes(), Tz::UTC).unwrap().changes[0])
         };
-        assert_eq!(table_level(&c(None, "_errors")), "%5Ferrors");
-        assert_eq!(table_level(&c(Some(""), "strata")), "%2Estrata");
-        assert_eq!(table_level(&c(Some("shop"), "orders")), "shop.orders");
+        assert_eq!(level(None, "_errors"), "%5Ferrors");
+        assert_eq!(level(Some(""), "strata"), "%2Estrata");
+        assert_eq!(level(Some("shop"), "orders"), "shop.orders");
     }
 
     #[test]

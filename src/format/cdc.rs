@@ -5,6 +5,7 @@
 
 use chrono::{NaiveDate, NaiveDateTime, TimeZone};
 use chrono_tz::Tz;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fmt;
 
@@ -43,34 +44,39 @@ impl ChangeType {
     }
 }
 
+/// Column name to value (`None`: JSON null), as the source sent them.
+pub type Values<'a> = BTreeMap<Cow<'a, str>, Option<Cow<'a, str>>>;
+
 /// One row change of a message. Column values are kept as the source's text (`None`: JSON
-/// null); a number or nested value the source sent unquoted is kept as its JSON text.
+/// null); a number or nested value the source sent unquoted is kept as its JSON text. Text
+/// borrows from the message where it can (the dump parses every message); a change read back
+/// from a table file owns its text (`Change<'static>`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Change {
+pub struct Change<'a> {
     /// Its place in the message's array.
     pub index: usize,
-    pub time_raw: Option<String>,
+    pub time_raw: Option<Cow<'a, str>>,
     /// `TIME` read as `yyyyMMddHHmmss` in the configured zone, in ms since the epoch.
     pub time_ms: Option<i64>,
-    pub global_id: Option<String>,
-    pub database: Option<String>,
-    pub schema: Option<String>,
-    pub table: String,
+    pub global_id: Option<Cow<'a, str>>,
+    pub database: Option<Cow<'a, str>>,
+    pub schema: Option<Cow<'a, str>>,
+    pub table: Cow<'a, str>,
     pub kind: ChangeType,
-    pub logical_clock_raw: Option<String>,
+    pub logical_clock_raw: Option<Cow<'a, str>>,
     pub logical_clock: Option<i64>,
-    pub old_values: Option<BTreeMap<String, Option<String>>>,
-    pub new_values: Option<BTreeMap<String, Option<String>>>,
+    pub old_values: Option<Values<'a>>,
+    pub new_values: Option<Values<'a>>,
     /// `OFFSET` (the source's binlog position) as its JSON text.
-    pub offset_json: Option<String>,
+    pub offset_json: Option<Cow<'a, str>>,
 }
 
 /// A message's changes, and whether [`message_json`] of them gives back the same JSON (every
 /// field known, text where text is expected, column values strings or null): when it does not,
 /// the dump keeps the message as it came, so that a restore is exact.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Parsed {
-    pub changes: Vec<Change>,
+pub struct Parsed<'a> {
+    pub changes: Vec<Change<'a>>,
     pub plain: bool,
 }
 
@@ -93,12 +99,12 @@ pub fn parse_time(raw: &str, tz: Tz) -> Option<i64> {
 }
 
 /// Parses a message value into its changes, in array order.
-pub fn parse_message(value: &[u8], tz: Tz) -> Result<Vec<Change>, Malformed> {
+pub fn parse_message(value: &[u8], tz: Tz) -> Result<Vec<Change<'_>>, Malformed> {
     parse(value, tz).map(|p| p.changes)
 }
 
 /// Parses a message value into its changes and tells whether they rebuild it.
-pub fn parse(value: &[u8], tz: Tz) -> Result<Parsed, Malformed> {
+pub fn parse(value: &[u8], tz: Tz) -> Result<Parsed<'_>, Malformed> {
     use super::cdc_parse::Message;
     let items = match serde_json::from_slice::<Message>(value) {
         Ok(Message::Array(items)) => items,
@@ -167,12 +173,12 @@ pub fn parse(value: &[u8], tz: Tz) -> Result<Parsed, Malformed> {
 }
 
 /// A change as the JSON object it came as (for a plain message, see [`Parsed`]).
-pub fn change_json(c: &Change) -> serde_json::Value {
+pub fn change_json(c: &Change<'_>) -> serde_json::Value {
     use serde_json::Value;
     let mut m = serde_json::Map::new();
-    let mut put = |k: &str, v: &Option<String>| {
+    let mut put = |k: &str, v: &Option<Cow<'_, str>>| {
         if let Some(v) = v {
-            m.insert(k.to_string(), Value::String(v.clone()));
+            m.insert(k.to_string(), Value::String(v.to_string()));
         }
     };
     put("TIME", &c.time_raw);
@@ -180,12 +186,17 @@ pub fn change_json(c: &Change) -> serde_json::Value {
     put("DATABASE", &c.database);
     put("SCHEMA", &c.schema);
     put("LOGICAL_CLOCK", &c.logical_clock_raw);
-    m.insert("TABLE".into(), Value::String(c.table.clone()));
+    m.insert("TABLE".into(), Value::String(c.table.to_string()));
     m.insert("TYPE".into(), Value::String(c.kind.as_str().into()));
-    let obj = |vals: &BTreeMap<String, Option<String>>| {
+    let obj = |vals: &Values<'_>| {
         Value::Object(
             vals.iter()
-                .map(|(k, v)| (k.clone(), v.clone().map_or(Value::Null, Value::String)))
+                .map(|(k, v)| {
+                    let v = v
+                        .as_ref()
+                        .map_or(Value::Null, |v| Value::String(v.to_string()));
+                    (k.to_string(), v)
+                })
                 .collect(),
         )
     };
@@ -198,7 +209,7 @@ pub fn change_json(c: &Change) -> serde_json::Value {
     if let Some(o) = &c.offset_json {
         m.insert(
             "OFFSET".into(),
-            serde_json::from_str(o).unwrap_or_else(|_| Value::String(o.clone())),
+            serde_json::from_str(o).unwrap_or_else(|_| Value::String(o.to_string())),
         );
     }
     Value::Object(m)
@@ -206,8 +217,8 @@ pub fn change_json(c: &Change) -> serde_json::Value {
 
 /// A message value rebuilt from its changes (in `index` order): compact JSON with object keys
 /// sorted, so a source that writes that form gets its bytes back exactly.
-pub fn message_json(changes: &[Change]) -> Vec<u8> {
-    let mut sorted: Vec<&Change> = changes.iter().collect();
+pub fn message_json(changes: &[Change<'_>]) -> Vec<u8> {
+    let mut sorted: Vec<&Change<'_>> = changes.iter().collect();
     sorted.sort_by_key(|c| c.index);
     let v = serde_json::Value::Array(sorted.into_iter().map(change_json).collect());
     // A Value of strings and objects always serializes.
@@ -521,13 +532,32 @@ mod tests {
     ]"#;
 
     #[test]
+    fn escaped_text_is_read_as_its_characters_and_plain_text_is_borrowed() {
+        let msg =
+            r#"[{"TABLE":"t\u00e9","TYPE":"I","NEW_VALUES":{"n\"k":"a\"b\u00e9","m":"plain"}}]"#;
+        let p = parse(msg.as_bytes(), Tz::UTC).unwrap();
+        assert!(p.plain);
+        let c = &p.changes[0];
+        assert_eq!(c.table, "t\u{e9}");
+        let v = c.new_values.as_ref().unwrap();
+        assert_eq!(v["n\"k"].as_deref(), Some("a\"b\u{e9}"));
+        assert!(matches!(v["m"], Some(Cow::Borrowed("plain"))), "{v:?}");
+        // And it rebuilds as equal JSON.
+        let back: serde_json::Value = serde_json::from_slice(&message_json(&p.changes)).unwrap();
+        assert_eq!(
+            back,
+            serde_json::from_str::<serde_json::Value>(msg).unwrap()
+        );
+    }
+
+    #[test]
     fn a_message_becomes_its_changes_in_order() {
         let tz: Tz = "Asia/Shanghai".parse().unwrap();
         let cs = parse_message(MSG.as_bytes(), tz).unwrap();
         assert_eq!(cs.len(), 3);
         let c = &cs[0];
         assert_eq!(
-            (c.index, c.kind, c.table.as_str()),
+            (c.index, c.kind, c.table.as_ref()),
             (0, ChangeType::Insert, "orders")
         );
         assert_eq!(c.time_raw.as_deref(), Some("20180831165311"));

@@ -4,18 +4,44 @@
 
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
+/// A string borrowed from the message when it has no escapes (serde's own `Cow` always copies).
+pub(super) struct Text<'a>(pub Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Text<'de>, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
 /// A JSON value read as the text a table keeps: strings as they are, null as `None`, anything
 /// else as its JSON text (and then the message is not plain).
-pub(super) struct Cell {
-    pub text: Option<String>,
+pub(super) struct Cell<'a> {
+    pub text: Option<Cow<'a, str>>,
     pub string_or_null: bool,
     pub is_null: bool,
 }
 
-impl<'de> Deserialize<'de> for Cell {
+impl<'de> Deserialize<'de> for Cell<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_any(CellVisitor)
     }
@@ -23,38 +49,46 @@ impl<'de> Deserialize<'de> for Cell {
 
 struct CellVisitor;
 
-fn other(v: serde_json::Value) -> Cell {
+fn other<'a>(v: serde_json::Value) -> Cell<'a> {
     Cell {
-        text: Some(v.to_string()),
+        text: Some(Cow::Owned(v.to_string())),
         string_or_null: false,
         is_null: false,
     }
 }
 
 impl<'de> Visitor<'de> for CellVisitor {
-    type Value = Cell;
+    type Value = Cell<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON value")
     }
 
-    fn visit_str<E>(self, v: &str) -> Result<Cell, E> {
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Cell<'de>, E> {
         Ok(Cell {
-            text: Some(v.to_string()),
+            text: Some(Cow::Borrowed(v)),
             string_or_null: true,
             is_null: false,
         })
     }
 
-    fn visit_string<E>(self, v: String) -> Result<Cell, E> {
+    fn visit_str<E>(self, v: &str) -> Result<Cell<'de>, E> {
         Ok(Cell {
-            text: Some(v),
+            text: Some(Cow::Owned(v.to_string())),
             string_or_null: true,
             is_null: false,
         })
     }
 
-    fn visit_unit<E>(self) -> Result<Cell, E> {
+    fn visit_string<E>(self, v: String) -> Result<Cell<'de>, E> {
+        Ok(Cell {
+            text: Some(Cow::Owned(v)),
+            string_or_null: true,
+            is_null: false,
+        })
+    }
+
+    fn visit_unit<E>(self) -> Result<Cell<'de>, E> {
         Ok(Cell {
             text: None,
             string_or_null: true,
@@ -62,7 +96,7 @@ impl<'de> Visitor<'de> for CellVisitor {
         })
     }
 
-    fn visit_none<E>(self) -> Result<Cell, E> {
+    fn visit_none<E>(self) -> Result<Cell<'de>, E> {
         Ok(Cell {
             text: None,
             string_or_null: true,
@@ -70,28 +104,28 @@ impl<'de> Visitor<'de> for CellVisitor {
         })
     }
 
-    fn visit_bool<E>(self, v: bool) -> Result<Cell, E> {
+    fn visit_bool<E>(self, v: bool) -> Result<Cell<'de>, E> {
         Ok(other(v.into()))
     }
 
-    fn visit_i64<E>(self, v: i64) -> Result<Cell, E> {
+    fn visit_i64<E>(self, v: i64) -> Result<Cell<'de>, E> {
         Ok(other(v.into()))
     }
 
-    fn visit_u64<E>(self, v: u64) -> Result<Cell, E> {
+    fn visit_u64<E>(self, v: u64) -> Result<Cell<'de>, E> {
         Ok(other(v.into()))
     }
 
-    fn visit_f64<E>(self, v: f64) -> Result<Cell, E> {
+    fn visit_f64<E>(self, v: f64) -> Result<Cell<'de>, E> {
         Ok(other(v.into()))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Cell, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Cell<'de>, A::Error> {
         let v = serde_json::Value::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
         Ok(other(v))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Cell, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Cell<'de>, A::Error> {
         let v = serde_json::Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
         Ok(other(v))
     }
@@ -99,12 +133,12 @@ impl<'de> Visitor<'de> for CellVisitor {
 
 /// `OLD_VALUES` / `NEW_VALUES`: an object of column to [`Cell`]; anything else is kept as no
 /// values (and the message is not plain).
-pub(super) struct Values {
-    pub map: Option<BTreeMap<String, Option<String>>>,
+pub(super) struct Values<'a> {
+    pub map: Option<super::cdc::Values<'a>>,
     pub plain: bool,
 }
 
-impl<'de> Deserialize<'de> for Values {
+impl<'de> Deserialize<'de> for Values<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_any(ValuesVisitor)
     }
@@ -113,7 +147,7 @@ impl<'de> Deserialize<'de> for Values {
 struct ValuesVisitor;
 
 impl ValuesVisitor {
-    fn not_an_object<E>(self) -> Result<Values, E> {
+    fn not_an_object<'a, E>(self) -> Result<Values<'a>, E> {
         Ok(Values {
             map: None,
             plain: false,
@@ -122,17 +156,17 @@ impl ValuesVisitor {
 }
 
 impl<'de> Visitor<'de> for ValuesVisitor {
-    type Value = Values;
+    type Value = Values<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an object of column values")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Values, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Values<'de>, A::Error> {
         let mut out = BTreeMap::new();
         let mut plain = true;
-        while let Some(k) = map.next_key::<String>()? {
-            let c: Cell = map.next_value()?;
+        while let Some(Text(k)) = map.next_key::<Text<'de>>()? {
+            let c: Cell<'de> = map.next_value()?;
             // A ',' would not survive the null_columns list.
             plain &= c.string_or_null && !k.contains(',');
             out.insert(k, c.text);
@@ -143,32 +177,32 @@ impl<'de> Visitor<'de> for ValuesVisitor {
         })
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Values, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Values<'de>, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
         self.not_an_object()
     }
 
-    fn visit_str<E>(self, _: &str) -> Result<Values, E> {
+    fn visit_str<E>(self, _: &str) -> Result<Values<'de>, E> {
         self.not_an_object()
     }
 
-    fn visit_unit<E>(self) -> Result<Values, E> {
+    fn visit_unit<E>(self) -> Result<Values<'de>, E> {
         self.not_an_object()
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Values, E> {
+    fn visit_bool<E>(self, _: bool) -> Result<Values<'de>, E> {
         self.not_an_object()
     }
 
-    fn visit_i64<E>(self, _: i64) -> Result<Values, E> {
+    fn visit_i64<E>(self, _: i64) -> Result<Values<'de>, E> {
         self.not_an_object()
     }
 
-    fn visit_u64<E>(self, _: u64) -> Result<Values, E> {
+    fn visit_u64<E>(self, _: u64) -> Result<Values<'de>, E> {
         self.not_an_object()
     }
 
-    fn visit_f64<E>(self, _: f64) -> Result<Values, E> {
+    fn visit_f64<E>(self, _: f64) -> Result<Values<'de>, E> {
         self.not_an_object()
     }
 }
@@ -192,23 +226,23 @@ enum Field {
 
 /// One element of a message's array, as read (validated into a `Change` by the caller).
 #[derive(Default)]
-pub(super) struct Item {
+pub(super) struct Item<'a> {
     pub object: bool,
     pub plain: bool,
-    pub time: Option<String>,
-    pub global_id: Option<String>,
-    pub database: Option<String>,
-    pub schema: Option<String>,
+    pub time: Option<Cow<'a, str>>,
+    pub global_id: Option<Cow<'a, str>>,
+    pub database: Option<Cow<'a, str>>,
+    pub schema: Option<Cow<'a, str>>,
     /// Only when a string.
-    pub table: Option<String>,
-    pub kind: Option<Cell>,
-    pub logical_clock: Option<String>,
-    pub old_values: Option<BTreeMap<String, Option<String>>>,
-    pub new_values: Option<BTreeMap<String, Option<String>>>,
-    pub offset: Option<String>,
+    pub table: Option<Cow<'a, str>>,
+    pub kind: Option<Cell<'a>>,
+    pub logical_clock: Option<Cow<'a, str>>,
+    pub old_values: Option<super::cdc::Values<'a>>,
+    pub new_values: Option<super::cdc::Values<'a>>,
+    pub offset: Option<Cow<'a, str>>,
 }
 
-impl<'de> Deserialize<'de> for Item {
+impl<'de> Deserialize<'de> for Item<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_any(ItemVisitor)
     }
@@ -217,19 +251,19 @@ impl<'de> Deserialize<'de> for Item {
 struct ItemVisitor;
 
 impl ItemVisitor {
-    fn not_an_object<E>(self) -> Result<Item, E> {
+    fn not_an_object<'a, E>(self) -> Result<Item<'a>, E> {
         Ok(Item::default())
     }
 }
 
 impl<'de> Visitor<'de> for ItemVisitor {
-    type Value = Item;
+    type Value = Item<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a row change object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Item, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Item<'de>, A::Error> {
         let mut it = Item {
             object: true,
             plain: true,
@@ -237,7 +271,7 @@ impl<'de> Visitor<'de> for ItemVisitor {
         };
         // A text field: a string keeps its text; null is absent (not plain: the field was
         // there); anything else is its JSON text (not plain).
-        fn text(c: Cell, plain: &mut bool) -> Option<String> {
+        fn text<'a>(c: Cell<'a>, plain: &mut bool) -> Option<Cow<'a, str>> {
             *plain &= c.string_or_null && !c.is_null;
             c.text
         }
@@ -249,23 +283,23 @@ impl<'de> Visitor<'de> for ItemVisitor {
                 Field::SCHEMA => it.schema = text(map.next_value()?, &mut it.plain),
                 Field::LOGICAL_CLOCK => it.logical_clock = text(map.next_value()?, &mut it.plain),
                 Field::TABLE => {
-                    let c: Cell = map.next_value()?;
+                    let c: Cell<'de> = map.next_value()?;
                     it.table = c.text.filter(|_| c.string_or_null);
                 }
                 Field::TYPE => it.kind = Some(map.next_value()?),
                 Field::OLD_VALUES => {
-                    let v: Values = map.next_value()?;
+                    let v: Values<'de> = map.next_value()?;
                     it.plain &= v.plain;
                     it.old_values = v.map;
                 }
                 Field::NEW_VALUES => {
-                    let v: Values = map.next_value()?;
+                    let v: Values<'de> = map.next_value()?;
                     it.plain &= v.plain;
                     it.new_values = v.map;
                 }
                 Field::OFFSET => {
                     let v: serde_json::Value = map.next_value()?;
-                    it.offset = Some(v.to_string());
+                    it.offset = Some(Cow::Owned(v.to_string()));
                 }
                 Field::Other => {
                     map.next_value::<IgnoredAny>()?;
@@ -276,43 +310,43 @@ impl<'de> Visitor<'de> for ItemVisitor {
         Ok(it)
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Item, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Item<'de>, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
         self.not_an_object()
     }
 
-    fn visit_str<E>(self, _: &str) -> Result<Item, E> {
+    fn visit_str<E>(self, _: &str) -> Result<Item<'de>, E> {
         self.not_an_object()
     }
 
-    fn visit_unit<E>(self) -> Result<Item, E> {
+    fn visit_unit<E>(self) -> Result<Item<'de>, E> {
         self.not_an_object()
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Item, E> {
+    fn visit_bool<E>(self, _: bool) -> Result<Item<'de>, E> {
         self.not_an_object()
     }
 
-    fn visit_i64<E>(self, _: i64) -> Result<Item, E> {
+    fn visit_i64<E>(self, _: i64) -> Result<Item<'de>, E> {
         self.not_an_object()
     }
 
-    fn visit_u64<E>(self, _: u64) -> Result<Item, E> {
+    fn visit_u64<E>(self, _: u64) -> Result<Item<'de>, E> {
         self.not_an_object()
     }
 
-    fn visit_f64<E>(self, _: f64) -> Result<Item, E> {
+    fn visit_f64<E>(self, _: f64) -> Result<Item<'de>, E> {
         self.not_an_object()
     }
 }
 
 /// A whole message: an array of items, or something else.
-pub(super) enum Message {
-    Array(Vec<Item>),
+pub(super) enum Message<'a> {
+    Array(Vec<Item<'a>>),
     NotArray,
 }
 
-impl<'de> Deserialize<'de> for Message {
+impl<'de> Deserialize<'de> for Message<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_any(MessageVisitor)
     }
@@ -321,52 +355,52 @@ impl<'de> Deserialize<'de> for Message {
 struct MessageVisitor;
 
 impl MessageVisitor {
-    fn not_an_array<E>(self) -> Result<Message, E> {
+    fn not_an_array<'a, E>(self) -> Result<Message<'a>, E> {
         Ok(Message::NotArray)
     }
 }
 
 impl<'de> Visitor<'de> for MessageVisitor {
-    type Value = Message;
+    type Value = Message<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON array of row changes")
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Message, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Message<'de>, A::Error> {
         let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(1));
-        while let Some(it) = seq.next_element::<Item>()? {
+        while let Some(it) = seq.next_element::<Item<'de>>()? {
             items.push(it);
         }
         Ok(Message::Array(items))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Message, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Message<'de>, A::Error> {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
         self.not_an_array()
     }
 
-    fn visit_str<E>(self, _: &str) -> Result<Message, E> {
+    fn visit_str<E>(self, _: &str) -> Result<Message<'de>, E> {
         self.not_an_array()
     }
 
-    fn visit_unit<E>(self) -> Result<Message, E> {
+    fn visit_unit<E>(self) -> Result<Message<'de>, E> {
         self.not_an_array()
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Message, E> {
+    fn visit_bool<E>(self, _: bool) -> Result<Message<'de>, E> {
         self.not_an_array()
     }
 
-    fn visit_i64<E>(self, _: i64) -> Result<Message, E> {
+    fn visit_i64<E>(self, _: i64) -> Result<Message<'de>, E> {
         self.not_an_array()
     }
 
-    fn visit_u64<E>(self, _: u64) -> Result<Message, E> {
+    fn visit_u64<E>(self, _: u64) -> Result<Message<'de>, E> {
         self.not_an_array()
     }
 
-    fn visit_f64<E>(self, _: f64) -> Result<Message, E> {
+    fn visit_f64<E>(self, _: f64) -> Result<Message<'de>, E> {
         self.not_an_array()
     }
 }

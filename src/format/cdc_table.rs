@@ -13,6 +13,7 @@ use arrow_array::builder::{
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema, TimeUnit};
 use chrono_tz::Tz;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -229,7 +230,7 @@ impl TableBuilder {
                     values
                         .iter()
                         .flat_map(|m| m.keys())
-                        .all(|k| cols.contains_key(k.as_str()))
+                        .all(|k| cols.contains_key(k.as_ref()))
                 })
     }
 
@@ -258,7 +259,7 @@ impl TableBuilder {
             c.global_id.as_deref(),
             c.database.as_deref(),
             c.schema.as_deref(),
-            Some(c.table.as_str()),
+            Some(c.table.as_ref()),
             Some(kind),
             c.logical_clock_raw.as_deref(),
         ]) {
@@ -269,7 +270,7 @@ impl TableBuilder {
         self.kafka_key.append_option(p.key.as_deref());
         self.source_offset.append_option(c.offset_json.as_deref());
         self.bytes +=
-            p.key.as_ref().map_or(0, |k| k.len()) + c.offset_json.as_ref().map_or(0, String::len);
+            p.key.as_ref().map_or(0, |k| k.len()) + c.offset_json.as_ref().map_or(0, |o| o.len());
         let mut errors: Vec<String> = Vec::new();
         let mut nulls: Vec<String> = Vec::new();
         let (rows, tz) = (self.rows, self.tz);
@@ -284,12 +285,12 @@ impl TableBuilder {
                 } else {
                     &mut self.old
                 };
-                let column = match cols.get_mut(col.as_str()) {
+                let column = match cols.get_mut(col.as_ref()) {
                     Some(c) => c,
                     None => {
                         let mut fresh = Column::new(ty)?;
                         fresh.append_nulls(rows);
-                        cols.entry(col.clone()).or_insert(fresh)
+                        cols.entry(col.to_string()).or_insert(fresh)
                     }
                 };
                 match v {
@@ -427,7 +428,7 @@ pub struct Fragment {
     pub offset: i64,
     pub timestamp: Option<i64>,
     pub key: Option<Vec<u8>>,
-    pub change: Change,
+    pub change: Change<'static>,
 }
 
 /// Whether a Parquet object is a CDC table file (its footer says so).
@@ -596,7 +597,7 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
                     &mut old_values
                 };
                 side.get_or_insert_with(BTreeMap::new)
-                    .insert(name.clone(), Some(text));
+                    .insert(Cow::Owned(name.clone()), Some(Cow::Owned(text)));
             }
             if let Some(nulls) = meta(8)? {
                 for n in nulls.split(',') {
@@ -606,7 +607,7 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
                         _ => return Err(bad(format!("row {i}: null_columns names {n:?}"))),
                     };
                     side.get_or_insert_with(BTreeMap::new)
-                        .insert(name.to_string(), None);
+                        .insert(Cow::Owned(name.to_string()), None);
                 }
             }
             out.push(Fragment {
@@ -621,18 +622,18 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
                 key: key.is_valid(i).then(|| key.value(i).to_vec()),
                 change: Change {
                     index: usize::try_from(index.value(i)).unwrap_or(0),
-                    time_raw: meta(0)?,
+                    time_raw: meta(0)?.map(Cow::Owned),
                     time_ms: None,
-                    global_id: meta(1)?,
-                    database: meta(2)?,
-                    schema: meta(3)?,
-                    table,
+                    global_id: meta(1)?.map(Cow::Owned),
+                    database: meta(2)?.map(Cow::Owned),
+                    schema: meta(3)?.map(Cow::Owned),
+                    table: Cow::Owned(table),
                     kind,
-                    logical_clock_raw: meta(6)?,
+                    logical_clock_raw: meta(6)?.map(Cow::Owned),
                     logical_clock: None,
                     old_values,
                     new_values,
-                    offset_json: meta(7)?,
+                    offset_json: meta(7)?.map(Cow::Owned),
                 },
             });
         }
@@ -648,7 +649,7 @@ mod tests {
     use arrow_array::types::{Decimal128Type, Int32Type};
     use arrow_array::Array;
 
-    fn rows(msg: &str, offset: i64) -> Vec<(Position, Change)> {
+    fn rows(msg: &str, offset: i64) -> Vec<(Position, Change<'_>)> {
         parse_message(msg.as_bytes(), Tz::UTC)
             .unwrap()
             .into_iter()
