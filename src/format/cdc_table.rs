@@ -517,20 +517,12 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
         let key = key
             .as_binary_opt::<i32>()
             .ok_or_else(|| wrong("kafka_key"))?;
-        let metas: Vec<(&str, ArrayRef)> = [
-            "time_raw",
-            "global_id",
-            "database",
-            "schema",
-            "table",
-            "type",
-            "logical_clock_raw",
-            "source_offset",
-            "null_columns",
-        ]
-        .into_iter()
-        .map(|n| col(n).map(|c| (n, c)))
-        .collect::<Result<_, _>>()?;
+        // The text columns as the builder writes them, then source_offset and null_columns.
+        let metas: Vec<(&str, ArrayRef)> = TEXTS
+            .into_iter()
+            .chain(["source_offset", "null_columns"])
+            .map(|n| col(n).map(|c| (n, c)))
+            .collect::<Result<_, _>>()?;
         // Value columns: (side, source column, array).
         let schema = batch.schema();
         let values: Vec<(bool, String, ArrayRef)> = schema
