@@ -515,24 +515,11 @@ impl PartitionWriter {
         let Some(o) = self.open.take() else {
             return Ok(());
         };
-        let encoder = match o.body {
-            Body::Records(e) => e,
-            Body::Cdc { bundle, tx } => {
-                let window = self.window.as_ref().map(|w| WindowState {
-                    next_offset: o.last_offset + 1,
-                    ids: w.state().map(str::to_string).collect(),
-                });
-                return self.close_bundle(
-                    task,
-                    &o.key,
-                    o.period,
-                    bundle,
-                    tx,
-                    window,
-                    o.last_offset,
-                    reason,
-                );
-            }
+        if matches!(o.body, Body::Cdc { .. }) {
+            return self.close_bundle(task, o, reason);
+        }
+        let Body::Records(encoder) = o.body else {
+            return Ok(());
         };
         let done = match encoder.finish() {
             Ok(d) => d,
@@ -562,20 +549,19 @@ impl PartitionWriter {
 
 impl PartitionWriter {
     /// Encodes a bundle's files and hands them, with the window after them, to the upload.
-    #[allow(clippy::too_many_arguments)]
     fn close_bundle(
         &mut self,
         task: &DumpTask,
-        key: &str,
-        period: NaiveDateTime,
-        bundle: Bundle,
-        tx: mpsc::Sender<ToObject>,
-        window: Option<WindowState>,
-        last_offset: i64,
+        o: OpenObject,
         reason: RollReason,
     ) -> Result<(), super::DumpError> {
-        let (Some(window), Some(_)) = (window, task.cdc.as_ref()) else {
+        let (Body::Cdc { bundle, tx }, Some(w)) = (o.body, self.window.as_ref()) else {
             return Err(no_window(task));
+        };
+        let (key, period, last_offset) = (o.key.as_str(), o.period, o.last_offset);
+        let window = WindowState {
+            next_offset: last_offset + 1,
+            ids: w.state().map(str::to_string).collect(),
         };
         let first = bundle.first_offset;
         let tp_topic = self.tp.topic.clone();

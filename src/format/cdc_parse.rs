@@ -8,6 +8,30 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
 
+/// The scalar `visit_*` methods of a visitor whose value is not a scalar: each gives `$none`.
+macro_rules! scalars_are {
+    ($value:ty, $none:ident) => {
+        fn visit_str<E>(self, _: &str) -> Result<$value, E> {
+            self.$none()
+        }
+        fn visit_unit<E>(self) -> Result<$value, E> {
+            self.$none()
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<$value, E> {
+            self.$none()
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<$value, E> {
+            self.$none()
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<$value, E> {
+            self.$none()
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<$value, E> {
+            self.$none()
+        }
+    };
+}
+
 /// A string borrowed from the message when it has no escapes (serde's own `Cow` always copies).
 pub(super) struct Text<'a>(pub Cow<'a, str>);
 
@@ -182,29 +206,7 @@ impl<'de> Visitor<'de> for ValuesVisitor {
         self.not_an_object()
     }
 
-    fn visit_str<E>(self, _: &str) -> Result<Values<'de>, E> {
-        self.not_an_object()
-    }
-
-    fn visit_unit<E>(self) -> Result<Values<'de>, E> {
-        self.not_an_object()
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Values<'de>, E> {
-        self.not_an_object()
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Values<'de>, E> {
-        self.not_an_object()
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Values<'de>, E> {
-        self.not_an_object()
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Values<'de>, E> {
-        self.not_an_object()
-    }
+    scalars_are!(Values<'de>, not_an_object);
 }
 
 #[derive(Deserialize)]
@@ -315,29 +317,7 @@ impl<'de> Visitor<'de> for ItemVisitor {
         self.not_an_object()
     }
 
-    fn visit_str<E>(self, _: &str) -> Result<Item<'de>, E> {
-        self.not_an_object()
-    }
-
-    fn visit_unit<E>(self) -> Result<Item<'de>, E> {
-        self.not_an_object()
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Item<'de>, E> {
-        self.not_an_object()
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Item<'de>, E> {
-        self.not_an_object()
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Item<'de>, E> {
-        self.not_an_object()
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Item<'de>, E> {
-        self.not_an_object()
-    }
+    scalars_are!(Item<'de>, not_an_object);
 }
 
 /// A whole message: an array of items, or something else.
@@ -380,27 +360,5 @@ impl<'de> Visitor<'de> for MessageVisitor {
         self.not_an_array()
     }
 
-    fn visit_str<E>(self, _: &str) -> Result<Message<'de>, E> {
-        self.not_an_array()
-    }
-
-    fn visit_unit<E>(self) -> Result<Message<'de>, E> {
-        self.not_an_array()
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Message<'de>, E> {
-        self.not_an_array()
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Message<'de>, E> {
-        self.not_an_array()
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Message<'de>, E> {
-        self.not_an_array()
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Message<'de>, E> {
-        self.not_an_array()
-    }
+    scalars_are!(Message<'de>, not_an_array);
 }

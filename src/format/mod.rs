@@ -504,16 +504,31 @@ pub fn decode(
     }
 }
 
+/// Reads one archive object from its files (one, or the files of a CDC bundle) into records in
+/// offset order. A file that does not decode comes back as the error, with its `L` (where it is).
+pub fn decode_files<L>(
+    spec: &FormatSpec,
+    topic: &str,
+    files: Vec<(L, Bytes)>,
+    limit: u64,
+) -> Result<Vec<Record>, (L, DecodeError)> {
+    let mut parts = Vec::with_capacity(files.len());
+    for (at, data) in files {
+        parts.push(decode_part(spec, topic, data, limit).map_err(|e| (at, e))?);
+    }
+    Ok(assemble(parts))
+}
+
 /// One file of an archive object, decoded: records, or the rows of a CDC table file (which
 /// rebuild records only together with the other files of their bundle).
-pub enum Part {
+enum Part {
     Records(Vec<Record>),
     Changes(Vec<cdc_table::Fragment>),
 }
 
 /// Decodes one file: a CDC table file (its Parquet footer says so) into its rows, any other
 /// file as [`decode`] does.
-pub fn decode_part(
+fn decode_part(
     spec: &FormatSpec,
     topic: &str,
     data: Bytes,
@@ -529,7 +544,7 @@ pub fn decode_part(
 /// come back from the files that kept them whole (repeats, malformed, verbatim) or else from
 /// their table rows: the changes of every table, in their order, as the JSON array they came
 /// in, with the message's key and timestamp.
-pub fn assemble(parts: Vec<Part>) -> Vec<Record> {
+fn assemble(parts: Vec<Part>) -> Vec<Record> {
     let mut whole: std::collections::BTreeMap<(i32, i64), Record> = Default::default();
     let mut rows: std::collections::BTreeMap<(i32, i64), Vec<cdc_table::Fragment>> =
         Default::default();

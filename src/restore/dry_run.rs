@@ -79,15 +79,7 @@ pub(super) async fn run(
                         )
                     })
                     .and_then(|spec| {
-                        let mut parts = Vec::with_capacity(files.len());
-                        for (at, data) in files {
-                            let limit = budget.decode_limit(size);
-                            parts.push(
-                                format::decode_part(&spec, &name.topic, data, limit)
-                                    .map_err(|e| (at, e))?,
-                            );
-                        }
-                        Ok(format::assemble(parts))
+                        format::decode_files(&spec, &name.topic, files, budget.decode_limit(size))
                     });
                 match decoded {
                     Ok(records) => {

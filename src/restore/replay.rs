@@ -280,28 +280,23 @@ impl Engine {
                     obj.name.extension
                 )))
             })?;
-        let mut parts = Vec::with_capacity(1 + obj.bundle.len());
+        let mut files = Vec::with_capacity(1 + obj.bundle.len());
         for key in std::iter::once(&obj.key).chain(&obj.bundle) {
             let data = self
                 .rt
                 .block_on(self.store.get(key))
                 .map_err(|source| LoadError::Other(RestoreError::Read { source }))?;
-            let part = format::decode_part(
-                &spec,
-                &obj.name.topic,
-                data,
-                self.budget.decode_limit(obj.size),
-            )
-            .map_err(|e| {
+            files.push((key, data));
+        }
+        let limit = self.budget.decode_limit(obj.size);
+        let records =
+            format::decode_files(&spec, &obj.name.topic, files, limit).map_err(|(key, e)| {
                 LoadError::Corrupt(CorruptObject {
                     location: self.store.location(key),
                     at: e.at,
                     detail: e.message,
                 })
             })?;
-            parts.push(part);
-        }
-        let records = format::assemble(parts);
         lease.resize(decoded_bytes(&records));
         Ok((records, lease))
     }
