@@ -352,7 +352,9 @@ impl Conn {
 
     fn check_signature(&self, r: &Reply, seq: u64, path: &str, streamed: bool) {
         let key = self.key.as_ref().unwrap();
-        let digest = if path == "/v1/fetch" && r.status == 200 {
+        let handoff =
+            r.headers.get("content-type").map(String::as_str) == Some(strata::tier::HANDOFF);
+        let digest = if path == "/v1/fetch" && r.status == 200 && !handoff {
             format!("stream {}", r.content_length().unwrap())
         } else {
             assert!(!streamed, "only fetch bodies are streamed");
@@ -1040,6 +1042,221 @@ async fn api_zstd_chunks() {
     api_scenario("zstd", 128 << 10).await;
 }
 
+/// A signed fetch request on `c` asking for a handoff (and reporting `damaged`).
+async fn fetch_handoff(
+    c: &mut Conn,
+    seg: &serde_json::Value,
+    start: u64,
+    max: u64,
+    damaged: Option<&str>,
+) -> Reply {
+    let mut req = serde_json::json!({"segment": seg, "start_position": start, "end_position": null,
+        "max_bytes": max, "handoff": true});
+    if let Some(d) = damaged {
+        req["damaged_file"] = serde_json::json!(d);
+    }
+    c.call("POST", "/v1/fetch", req.to_string().as_bytes())
+        .await
+}
+
+/// The bytes a handoff answer names, read as the bridge does: each block checked against the
+/// answer's CRC-32C. `Err` names the first piece whose file is gone or fails its check.
+fn read_handoff(h: &strata::tier::Handoff) -> Result<Vec<u8>, String> {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let dir = Path::new(&h.dir);
+    assert_eq!(
+        std::fs::metadata(dir).unwrap().mode() & 0o777,
+        0o700,
+        "private"
+    );
+    let mut out = Vec::new();
+    for p in &h.pieces {
+        assert!(
+            !p.file.contains('/') && p.file.ends_with(".chunk"),
+            "{}",
+            p.file
+        );
+        let path = dir.join(&p.file);
+        let f = std::fs::File::open(&path).map_err(|e| format!("{}: {e}", p.file))?;
+        let meta = f.metadata().unwrap();
+        assert_eq!(meta.mode() & 0o777, 0o600, "{}", p.file);
+        assert_eq!(meta.len(), p.size, "{}", p.file);
+        let bs = h.block_size;
+        let first = p.offset / bs;
+        let last = (p.offset + p.len - 1) / bs;
+        assert_eq!(p.crc32c.len() as u64, last - first + 1);
+        let from = first * bs;
+        let to = ((last + 1) * bs).min(p.size);
+        let mut buf = vec![0u8; (to - from) as usize];
+        f.read_exact_at(&mut buf, from).unwrap();
+        for (i, block) in buf.chunks(bs as usize).enumerate() {
+            if crc32c::crc32c(block) != p.crc32c[i] {
+                return Err(p.file.clone());
+            }
+        }
+        let at = (p.offset - from) as usize;
+        out.extend_from_slice(&buf[at..at + p.len as usize]);
+    }
+    Ok(out)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn api_handoff_of_cache_files() {
+    init_logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source_segment(tmp.path()).await;
+    let secret = new_secret(tmp.path());
+    let original = std::fs::read(&src.log).unwrap();
+    let chunk = 200u64 << 10;
+    let (addr, metrics_addr) = (free_addr(), free_addr());
+    let run = tmp.path().join("run");
+    let cache = tmp.path().join("cache");
+    let prefix = unique("tier-handoff");
+    // Room for 4 chunks: reading the whole segment evicts its first ones.
+    let config = write_config(
+        tmp.path(),
+        "tier.toml",
+        &prefix,
+        &format!(
+            "[tier]\nlisten = \"{addr}\"\nprefix = \"tiered\"\nchunk_size = \"200KiB\"\ncache_dir = \"{}\"\ncache_size = \"800KiB\"\nprefetch_chunks = 0\n{}[telemetry]\nmetrics_listen = \"{metrics_addr}\"\n",
+            cache.display(),
+            access_toml(&secret, &src.logs, Some(&run)),
+        ),
+    );
+    let ep = Endpoint::new(&addr, &secret);
+    let mut tier = TierProcess::start(&config, &ep, &tmp.path().join("tier.log")).await;
+    let seg = segment_json(&src, &random_kafka_id());
+    let r = post(&ep, "/v1/copy", &copy_json(&src, &seg, false)).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    let mut u = Conn::unix(&run.join(strata::tier::SOCKET_NAME))
+        .await
+        .unwrap();
+    u.hello(&ep.secret).await.unwrap();
+    let mut t = Conn::open(&ep).await.unwrap();
+    let parse = |r: &Reply| -> Option<strata::tier::Handoff> {
+        assert_eq!(r.status, 200, "{}", r.text());
+        (r.headers.get("content-type").map(String::as_str) == Some(strata::tier::HANDOFF))
+            .then(|| serde_json::from_slice(&r.body).unwrap())
+    };
+
+    // Cold: bytes. Over TCP: always bytes (the peer may be on another host).
+    let start = 150_000u64;
+    let r = fetch_handoff(&mut u, &seg, start, 200_000, None).await;
+    assert!(parse(&r).is_none(), "nothing on disk yet: bytes");
+    assert!(r.body == original[start as usize..start as usize + 200_000]);
+    let r = fetch_handoff(&mut t, &seg, start, 200_000, None).await;
+    assert!(parse(&r).is_none(), "no handoff over TCP");
+    assert!(r.body == original[start as usize..start as usize + 200_000]);
+
+    // Warm, over the Unix socket: the files, verified block by block, hold the bytes.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let h = loop {
+        if let Some(h) = parse(&fetch_handoff(&mut u, &seg, start, 200_000, None).await) {
+            break h;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the chunks never reached the cache directory"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(h.dir, cache.join("strata-chunks").display().to_string());
+    assert_eq!(h.block_size, strata::tier::HANDOFF_BLOCK);
+    assert_eq!((h.len, h.partial, h.pieces.len()), (200_000, false, 2));
+    assert_eq!(h.pieces[0].offset, start % chunk);
+    assert_eq!(
+        read_handoff(&h).unwrap(),
+        original[start as usize..start as usize + 200_000]
+    );
+    // A window running into a chunk not on disk is cut there, marked partial.
+    let r = fetch_handoff(&mut u, &seg, start, 1 << 20, None).await;
+    let h2 = parse(&r).unwrap();
+    assert!(h2.partial && h2.len == 2 * chunk - start, "{h2:?}");
+    assert!(metric(&metrics_addr, "strata_tier_bytes_handed_off_total").await >= 200_000.0);
+
+    // A damaged file: the bridge's check catches it; reported, strata drops it and the next
+    // answer does not name it again.
+    let victim = h.pieces[1].file.clone();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(cache.join("strata-chunks").join(&victim))
+            .unwrap();
+        f.write_all_at(b"X", 1234).unwrap();
+    }
+    assert_eq!(read_handoff(&h), Err(victim.clone()));
+    let r = fetch_handoff(&mut u, &seg, start, 200_000, Some(&victim)).await;
+    match parse(&r) {
+        None => assert!(r.body == original[start as usize..start as usize + 200_000]),
+        Some(again) => {
+            assert!(again.pieces.iter().all(|p| p.file != victim), "{again:?}");
+            assert!(again.partial, "the dropped chunk is not on disk");
+        }
+    }
+    assert!(
+        !cache.join("strata-chunks").join(&victim).exists(),
+        "dropped"
+    );
+
+    // Eviction: reading the whole segment through a 4-chunk cache unlinks the early files;
+    // their names are never used again, so a stale answer fails to open, never reads others.
+    let mut seen = BTreeSet::new();
+    for p in &h.pieces {
+        seen.insert(p.file.clone());
+    }
+    let mut pos = 0u64;
+    while pos < original.len() as u64 {
+        let r = fetch_handoff(&mut u, &seg, pos, 1 << 20, None).await;
+        let got = match parse(&r) {
+            Some(h) => {
+                for p in &h.pieces {
+                    seen.insert(p.file.clone());
+                }
+                read_handoff(&h).unwrap()
+            }
+            None => r.body,
+        };
+        assert!(!got.is_empty());
+        assert!(
+            got == original[pos as usize..pos as usize + got.len()],
+            "at {pos}"
+        );
+        pos += got.len() as u64;
+    }
+    let first_file = h.pieces[0].file.clone();
+    eventually(30, "the first chunk's file evicted", || async {
+        !cache.join("strata-chunks").join(&first_file).exists()
+    })
+    .await;
+    let err = read_handoff(&h).unwrap_err();
+    assert!(
+        err.contains(&first_file) && err.contains("No such file"),
+        "{err}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let h3 = loop {
+        let r = fetch_handoff(&mut u, &seg, start, 200_000, None).await;
+        if let Some(h) = parse(&r).filter(|h| !h.partial) {
+            break h;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the first chunks never came back to the cache"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        h3.pieces.iter().all(|p| !seen.contains(&p.file)),
+        "a name was reused: {h3:?}"
+    );
+    assert_eq!(
+        read_handoff(&h3).unwrap(),
+        original[start as usize..start as usize + 200_000]
+    );
+    tier.kill();
+}
+
 /// Peak and current resident memory of a process, in bytes (VmHWM, VmRSS).
 fn memory_of(pid: u32) -> (u64, u64) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -1455,6 +1672,36 @@ async fn broker_end_to_end() {
         compared += 1;
     }
     assert!(compared >= 3, "compared {compared} segments byte for byte");
+
+    // The bridge read warm chunks from the cache files (it shares the host and the socket).
+    assert!(
+        tier.log_text().contains("fetch handed off"),
+        "no fetch was handed off to the bridge"
+    );
+    // Every cache file damaged on disk: the bridge's checks refuse them and it reads those
+    // bytes over the socket instead, telling strata which files to drop; still every record.
+    let chunk_dir = tmp.path().join("cache-2").join("strata-chunks");
+    let mut damaged = 0;
+    for entry in std::fs::read_dir(&chunk_dir).unwrap() {
+        use std::os::unix::fs::FileExt;
+        let path = entry.unwrap().path();
+        let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        if f.write_all_at(b"\xff\x00\xff", 100).is_ok() {
+            damaged += 1;
+        }
+    }
+    assert!(
+        damaged > 0,
+        "no chunk file to damage in {}",
+        chunk_dir.display()
+    );
+    let consumed = consume_all(&topic);
+    assert_same_records(&topic, partitions, &records, &consumed);
+    assert!(
+        tier.log_text()
+            .contains("the bridge found a chunk cache file damaged"),
+        "the bridge reported no damaged file"
+    );
 
     // Restart with an empty cache: still every record.
     tier.kill();

@@ -44,6 +44,16 @@ const REQUEST_WAIT: Duration = Duration::from_secs(2);
 
 const JSON: &str = "application/json";
 const UPLOAD: &str = "application/vnd.strata.segment-upload";
+/// The type of a fetch answered with cache files instead of bytes ([`super::protocol::Handoff`]).
+pub const HANDOFF: &str = "application/vnd.strata.handoff+json";
+
+/// The listener a connection came in on. Fetches are handed off over the Unix socket only: a
+/// peer on it shares this host, so the files an answer names are the ones it opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Tcp,
+    Unix,
+}
 
 /// Per connection: the session key once the hello is done, and the next request's number.
 #[derive(Default)]
@@ -93,10 +103,11 @@ pub fn router(tier: Arc<Tier>) -> Router {
 
 impl Tier {
     /// The service for one new connection.
-    pub fn connection(router: &Router) -> Router {
+    pub fn connection(router: &Router, transport: Transport) -> Router {
         router
             .clone()
             .layer(Extension(Arc::new(Session::default())))
+            .layer(Extension(transport))
     }
 }
 
@@ -475,14 +486,32 @@ async fn copy_upload(
     }))
 }
 
-async fn fetch(State(t): State<Arc<Tier>>, body: Bytes) -> Result<Response, Failure> {
+async fn fetch(
+    State(t): State<Arc<Tier>>,
+    Extension(transport): Extension<Transport>,
+    body: Bytes,
+) -> Result<Response, Failure> {
     let req: FetchRequest = parse("fetch", &body)?;
     let started = std::time::Instant::now();
     let (start, end) = req.check().map_err(|e| fail("fetch")(e.into()))?;
+    if let Some(name) = &req.damaged_file {
+        t.reader.distrust(name);
+    }
     let permit = t
         .request_slot("fetch", REQUEST_WAIT)
         .await
         .map_err(fail("fetch"))?;
+    if req.handoff && transport == Transport::Unix {
+        let handoff = t
+            .reader
+            .handoff(&req.segment, start, end, req.max_bytes)
+            .await
+            .map_err(fail("fetch"))?;
+        if let Some(h) = handoff {
+            tracing::debug!(segment = %req.segment.describe(), start, ?end, max_bytes = ?req.max_bytes, len = h.len, pieces = h.pieces.len(), us = started.elapsed().as_micros() as u64, "fetch handed off");
+            return Ok(([(header::CONTENT_TYPE, HANDOFF)], Json(h)).into_response());
+        }
+    }
     let read = t
         .reader
         .read(&req.segment, start, end, req.max_bytes)

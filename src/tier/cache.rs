@@ -7,6 +7,10 @@
 //! dropped and the chunk fetched again. The cache directory is emptied at start (a cold cache).
 //! In front of the disk, a small in-memory set of recently used chunks spares the file reads
 //! of a sequential reader, which asks for the same chunk several times in a row.
+//!
+//! Disk entries can be handed to the bridge to read itself ([`ChunkCache::file`]): a file is
+//! written once under a name never used before (this process's random id and a counter), never
+//! rewritten, only unlinked, and comes with the CRC-32C of each [`BLOCK`] of its verified bytes.
 
 use super::error::TierError;
 use super::stats;
@@ -52,6 +56,10 @@ struct Inner {
     hot_capacity: u64,
     /// `None`: entries live in memory.
     dir: Option<PathBuf>,
+    /// Mode of new cache files: readable by the directory's group when the broker is in it.
+    file_mode: u32,
+    /// Random per cache: file names `<id>-<n>.chunk` are never reused, even across restarts.
+    id: u64,
 }
 
 struct State {
@@ -70,7 +78,28 @@ struct State {
 #[derive(Clone)]
 enum Place {
     Memory(Bytes),
-    File(PathBuf),
+    File(Arc<ChunkFile>),
+}
+
+/// Bytes per checksummed block of a cache file handed to the bridge: it verifies whole blocks,
+/// so a small read costs at most two blocks of extra reading.
+pub const BLOCK: u64 = 64 << 10;
+
+/// A verified chunk's cache file.
+#[derive(Debug)]
+pub struct ChunkFile {
+    pub path: PathBuf,
+    /// The file's name inside the cache directory (unique for the life of the directory).
+    pub name: String,
+    pub len: u64,
+    /// CRC-32C of each [`BLOCK`] of the file (the last one may be shorter), computed from the
+    /// bytes after they were verified against the manifest and before they were written.
+    pub blocks: Vec<u32>,
+}
+
+/// CRC-32C of each [`BLOCK`] of `data`.
+pub fn block_crcs(data: &[u8]) -> Vec<u32> {
+    data.chunks(BLOCK as usize).map(crc32c::crc32c).collect()
 }
 
 enum Found {
@@ -90,24 +119,19 @@ impl ChunkCache {
     }
 
     /// A cache in files under `dir/strata-chunks/`, emptied first, with up to `hot` bytes of
-    /// recently used chunks also kept in memory.
+    /// recently used chunks also kept in memory. `dir` must not be writable by other users (the
+    /// broker reads the files strata names); its group, if it can read `dir`, can read the files.
     pub async fn on_disk(dir: &Path, capacity: u64, hot: u64) -> Result<Self, TierError> {
         let chunks = dir.join(CHUNK_DIR);
-        let path = chunks.clone();
-        tokio::task::spawn_blocking(move || {
-            match std::fs::remove_dir_all(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-                _ => {}
-            }
-            std::fs::create_dir_all(&path)
-        })
-        .await
-        .map_err(|e| TierError::Internal(format!("cache setup task failed: {e}")))?
-        .map_err(|e| TierError::CacheDir {
-            path: chunks.clone(),
-            source: TierError::io(e),
-        })?;
-        Ok(Self::with_dir(capacity, Some(chunks), hot.min(capacity)))
+        let (root, path) = (dir.to_path_buf(), chunks.clone());
+        let file_mode = tokio::task::spawn_blocking(move || prepare_dir(&root, &path))
+            .await
+            .map_err(|e| TierError::Internal(format!("cache setup task failed: {e}")))??;
+        let mut c = Self::with_dir(capacity, Some(chunks), hot.min(capacity));
+        if let Some(inner) = Arc::get_mut(&mut c.inner) {
+            inner.file_mode = file_mode;
+        }
+        Ok(c)
     }
 
     fn with_dir(capacity: u64, dir: Option<PathBuf>, hot_capacity: u64) -> Self {
@@ -125,6 +149,8 @@ impl ChunkCache {
                 capacity,
                 hot_capacity,
                 dir,
+                file_mode: 0o600,
+                id: unique_id(),
             }),
         }
     }
@@ -146,14 +172,14 @@ impl ChunkCache {
                 stats::cache_hit();
                 return Ok(b);
             }
-            Found::Ready(Place::File(path)) => match read_verified(&path, key).await {
+            Found::Ready(Place::File(file)) => match read_verified(&file.path, key).await {
                 Ok(b) => {
                     stats::cache_hit();
                     self.keep_hot(key, &b);
                     return Ok(b);
                 }
                 Err(why) => {
-                    tracing::warn!(file = %path.display(), object = %key.object, chunk = key.index, %why, "dropping a bad chunk cache file; fetching the chunk again");
+                    tracing::warn!(file = %file.path.display(), object = %key.object, chunk = key.index, %why, "dropping a bad chunk cache file; fetching the chunk again");
                     self.forget(key);
                 }
             },
@@ -176,8 +202,9 @@ impl ChunkCache {
     }
 
     /// Starts loading a chunk a sequential reader will soon want, unless it is cached or on its
-    /// way; a chunk cached on disk only is read into memory ahead of the reader. Returns at once.
-    pub fn prefetch<F>(&self, key: &ChunkKey, load: F)
+    /// way; with `promote`, a chunk cached on disk only is read into memory ahead of the reader
+    /// (not when the bridge reads the files itself). Returns at once.
+    pub fn prefetch<F>(&self, key: &ChunkKey, load: F, promote: bool)
     where
         F: FnOnce() -> BoxFuture<'static, Result<Bytes, TierError>>,
     {
@@ -186,8 +213,41 @@ impl ChunkCache {
                 stats::prefetch();
                 drop(self.start(key, load));
             }
-            Found::Ready(Place::File(path)) => self.promote(key, path),
+            Found::Ready(Place::File(file)) if promote => self.promote(key, file.path.clone()),
             _ => {}
+        }
+    }
+
+    /// The chunk's cache file, if the chunk is on disk now (a use, for the LRU order).
+    pub fn file(&self, key: &ChunkKey) -> Option<Arc<ChunkFile>> {
+        match self.inner.lock().entries.get(key) {
+            Some(Place::File(f)) => Some(f.clone()),
+            _ => None,
+        }
+    }
+
+    /// The directory of the cache files, if on disk.
+    pub fn dir(&self) -> Option<&Path> {
+        self.inner.dir.as_deref()
+    }
+
+    /// Drops the entry whose file is named `name` (the bridge found its bytes damaged), so the
+    /// chunk is fetched again. Returns whether there was one.
+    pub fn distrust(&self, name: &str) -> bool {
+        let key = {
+            let s = self.inner.lock();
+            s.entries.iter().find_map(|(k, p)| match p {
+                Place::File(f) if f.name == name => Some(k.clone()),
+                _ => None,
+            })
+        };
+        match key {
+            Some(k) => {
+                tracing::warn!(file = name, object = %k.object, chunk = k.index, "the bridge found a chunk cache file damaged; dropping it, the chunk is fetched again");
+                self.forget(&k);
+                true
+            }
+            None => false,
         }
     }
 
@@ -283,12 +343,20 @@ impl ChunkCache {
             s.next_file += 1;
             s.next_file
         };
-        let path = dir.join(format!("{n}.chunk"));
+        let name = format!("{:016x}-{n}.chunk", self.inner.id);
+        let path = dir.join(&name);
         self.keep_hot(&key, &bytes);
         let cache = self.clone();
-        tokio::task::spawn_blocking(move || match std::fs::write(&path, &bytes) {
+        let mode = self.inner.file_mode;
+        tokio::task::spawn_blocking(move || match write_new(&path, &bytes, mode) {
             Ok(()) => {
-                for old in cache.insert(key, Place::File(path)) {
+                let file = ChunkFile {
+                    path,
+                    name,
+                    len: bytes.len() as u64,
+                    blocks: block_crcs(&bytes),
+                };
+                for old in cache.insert(key, Place::File(Arc::new(file))) {
                     let _ = std::fs::remove_file(old);
                 }
             }
@@ -309,9 +377,9 @@ impl ChunkCache {
         if let Some((_, old)) = s.entries.push(key.clone(), place) {
             // Same key again (a load raced a forget): the old copy is replaced, not added.
             s.used -= len;
-            if let Place::File(p) = old {
+            if let Place::File(f) = old {
                 drop(s);
-                let _ = std::fs::remove_file(p);
+                let _ = std::fs::remove_file(&f.path);
                 s = self.inner.lock();
             }
         }
@@ -325,8 +393,8 @@ impl ChunkCache {
             if s.hot.pop(&k).is_some() {
                 s.hot_used -= k.len;
             }
-            if let Place::File(p) = old {
-                evicted.push(p);
+            if let Place::File(f) = old {
+                evicted.push(f.path.clone());
             }
         }
         evicted
@@ -362,9 +430,9 @@ impl ChunkCache {
         }
         if let Some(place) = s.entries.pop(key) {
             s.used -= key.len;
-            if let Place::File(p) = place {
+            if let Place::File(f) = place {
                 drop(s);
-                let _ = std::fs::remove_file(p);
+                let _ = std::fs::remove_file(&f.path);
             }
         }
     }
@@ -375,6 +443,87 @@ impl Inner {
         // A panic while holding the lock leaves consistent data (every update is one step).
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+}
+
+/// Checks `root` (not writable by others, ours or root's), then empties `chunks` and creates it
+/// `0700`, or `0750` when `root`'s group may read it (the broker's user reaches the files
+/// through that group). Returns the mode for new files.
+fn prepare_dir(root: &Path, chunks: &Path) -> Result<u32, TierError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |e: std::io::Error| TierError::CacheDir {
+            path,
+            source: TierError::io(e),
+        }
+    };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(root)
+        .map_err(io(root))?;
+    let meta = std::fs::metadata(root).map_err(io(root))?;
+    let me = rustix::process::geteuid().as_raw();
+    check_root(meta.uid(), meta.mode(), me).map_err(|message| TierError::CacheDirUnsafe {
+        path: root.to_path_buf(),
+        message,
+    })?;
+    match std::fs::remove_dir_all(chunks) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(chunks)(e)),
+        _ => {}
+    }
+    let (dir_mode, file_mode) = if meta.mode() & 0o050 == 0o050 {
+        (0o750, 0o640)
+    } else {
+        (0o700, 0o600)
+    };
+    std::fs::DirBuilder::new()
+        .mode(dir_mode)
+        .create(chunks)
+        .map_err(io(chunks))?;
+    std::fs::set_permissions(chunks, std::fs::Permissions::from_mode(dir_mode))
+        .map_err(io(chunks))?;
+    Ok(file_mode)
+}
+
+/// `tier.cache_dir` may be shared with the broker's group but written only by its owner, who
+/// is this user or root.
+fn check_root(owner: u32, mode: u32, me: u32) -> Result<(), String> {
+    if owner != me && owner != 0 {
+        return Err(format!(
+            "is owned by uid {owner}; it must belong to this user (uid {me}) or root, so no one else can replace the files the broker reads"
+        ));
+    }
+    if mode & 0o022 != 0 {
+        return Err(format!(
+            "has mode {:04o}: other users could replace the chunk files the broker reads; run chmod 0750 (broker in the directory's group) or 0700 on it",
+            mode & 0o7777
+        ));
+    }
+    Ok(())
+}
+
+/// A random id for this cache's file names (the clock if the system has no random source).
+fn unique_id() -> u64 {
+    getrandom::u64().unwrap_or_else(|_| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    })
+}
+
+/// Writes a new file (never an existing one) with `mode`.
+fn write_new(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)?;
+    // Exactly `mode`, whatever the umask: the broker's group must be able to read it.
+    f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    f.write_all(bytes)
 }
 
 /// A cache file's bytes, if they are the chunk's.
@@ -506,8 +655,8 @@ mod tests {
         let c = ChunkCache::memory(1 << 20);
         let calls = Arc::new(AtomicUsize::new(0));
         let (k, d) = chunk(4, 100);
-        c.prefetch(&k, loader(d.clone(), calls.clone()));
-        c.prefetch(&k, loader(d.clone(), calls.clone()));
+        c.prefetch(&k, loader(d.clone(), calls.clone()), true);
+        c.prefetch(&k, loader(d.clone(), calls.clone()), true);
         assert_eq!(
             c.get(&k, loader(d.clone(), calls.clone())).await.unwrap(),
             d
@@ -560,6 +709,83 @@ mod tests {
         settled(&c, 2).await;
         assert_eq!(files(), 2, "the evicted chunk's file is gone");
         assert_eq!(c.usage().0, 2000);
+    }
+
+    #[tokio::test]
+    async fn handed_off_files_are_private_never_renamed_and_can_be_distrusted() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let c = ChunkCache::on_disk(dir.path(), 1 << 20, 0).await.unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&dir.path().join(CHUNK_DIR)), 0o700);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (k1, d1) = chunk(1, 200_000);
+        assert!(c.file(&k1).is_none(), "not cached yet");
+        c.get(&k1, loader(d1.clone(), calls.clone())).await.unwrap();
+        settled(&c, 1).await;
+        let f = c.file(&k1).expect("on disk");
+        assert_eq!(mode(&f.path), 0o600);
+        assert_eq!(f.len, 200_000);
+        assert_eq!(std::fs::read(&f.path).unwrap(), d1);
+        assert_eq!(f.blocks.len(), 4, "200000 bytes in 64 KiB blocks");
+        assert_eq!(f.blocks[3], crc32c::crc32c(&d1[3 * BLOCK as usize..]));
+        let id = f.name.split('-').next().unwrap();
+        assert_eq!(id.len(), 16, "{}", f.name);
+        // Dropped on the bridge's word: the file goes, the next read loads the chunk again,
+        // into a file of another name.
+        assert!(
+            !c.distrust("0000000000000000-1.chunk"),
+            "unknown names change nothing"
+        );
+        assert!(c.distrust(&f.name));
+        assert!(!f.path.exists() && c.file(&k1).is_none());
+        c.get(&k1, loader(d1.clone(), calls.clone())).await.unwrap();
+        settled(&c, 1).await;
+        let again = c.file(&k1).unwrap();
+        assert_ne!(again.name, f.name);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        // A new cache (a restart) never reuses the names either.
+        drop(c);
+        let c2 = ChunkCache::on_disk(dir.path(), 1 << 20, 0).await.unwrap();
+        c2.get(&k1, loader(d1.clone(), calls.clone()))
+            .await
+            .unwrap();
+        settled(&c2, 1).await;
+        let third = c2.file(&k1).unwrap();
+        assert!(third.name != again.name && third.name != f.name);
+    }
+
+    #[tokio::test]
+    async fn the_cache_directory_must_not_be_writable_by_others() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("c");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = ChunkCache::on_disk(&root, 1000, 0)
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("0777") && e.contains("chmod"), "{e}");
+        // Shared with the broker's group: files the group can read, nothing it can write.
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o750)).unwrap();
+        let c = ChunkCache::on_disk(&root, 1000, 0).await.unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&root.join(CHUNK_DIR)), 0o750);
+        let calls = Arc::new(AtomicUsize::new(0));
+        let (k, d) = chunk(2, 100);
+        c.get(&k, loader(d, calls)).await.unwrap();
+        settled(&c, 1).await;
+        assert_eq!(mode(&c.file(&k).unwrap().path), 0o640);
+        assert!(check_root(4242, 0o40700, 7)
+            .unwrap_err()
+            .contains("uid 4242"));
+        assert!(
+            check_root(0, 0o40755, 7).is_ok(),
+            "root's directory is fine"
+        );
+        assert!(check_root(7, 0o40720, 7).is_err());
     }
 
     #[tokio::test]

@@ -27,6 +27,8 @@ pub enum TierError {
         #[source]
         source: Arc<std::io::Error>,
     },
+    #[error("chunk cache directory {path} (tier.cache_dir): {message}")]
+    CacheDirUnsafe { path: PathBuf, message: String },
     #[error("bad request: {0}")]
     BadRequest(#[from] FieldError),
     #[error("bad request: the body is not a valid {what} request: {message}")]

@@ -6,12 +6,13 @@
 //! common failures get a proper status; a later failure cuts the body short (the length header
 //! promised more), which the broker sees as an I/O error rather than as wrong bytes.
 
-use super::cache::{ChunkCache, ChunkKey};
+use super::cache::{ChunkCache, ChunkFile, ChunkKey, BLOCK};
 use super::chunks::Piece;
+use super::chunks::ReadPlan;
 use super::error::TierError;
 use super::keys::{partition_prefix, SegmentKeys};
 use super::manifest::{ChunkEntry, Compression, LoadedManifest, Manifest};
-use super::protocol::{IndexType, SegmentMetadata};
+use super::protocol::{Handoff, HandoffPiece, IndexType, SegmentMetadata};
 use super::stats;
 use crate::layout::DumpDir;
 use crate::store::{ErrorKind, ObjectStore};
@@ -159,7 +160,7 @@ impl Reader {
         let location = self.chunks.store.location(&keys.log);
         let count = m.layout().chunk_count();
         for c in 0..count.min(self.chunks.prefetch_chunks + 1) {
-            self.chunks.prefetch(&object, &location, m, c);
+            self.chunks.prefetch(&object, &location, m, c, true);
         }
     }
 
@@ -217,33 +218,8 @@ impl Reader {
         end: Option<u64>,
         max_bytes: Option<u64>,
     ) -> Result<SegmentRead, TierError> {
-        let (keys, m) = self.manifest(seg).await?;
-        let plan = m.layout().plan(start, end).map_err(|e| {
-            TierError::BadRequest(super::protocol::FieldError {
-                field: if matches!(e, super::chunks::RangeError::StartPastEnd { .. }) {
-                    "start_position"
-                } else {
-                    "end_position"
-                },
-                message: format!("{e} (segment {})", seg.describe()),
-            })
-        })?;
-        let window = max_bytes.map_or_else(|| plan.clone(), |n| plan.first_bytes(n));
+        let (mut stream, window) = self.stream(seg, start, end, max_bytes).await?;
         let len = window.len();
-        let mut stream = SegmentStream {
-            reader: self.clone(),
-            sequential: end.is_none().then(|| seg.clone()),
-            segment_last_chunk: m.layout().chunk_count().saturating_sub(1),
-            location: self.chunks.store.location(&keys.log),
-            object: Arc::from(keys.log.as_str()),
-            manifest: m,
-            pieces: Box::new(window.pieces()),
-            last_chunk: plan.last_chunk().unwrap_or(0),
-            prefetched_to: None,
-            failed: false,
-            served: 0,
-            started: std::time::Instant::now(),
-        };
         // The first piece now: a missing or corrupt first chunk gets an error status.
         let first = match stream.pieces.next() {
             Some(p) => Some(stream.serve(p).await?),
@@ -266,6 +242,91 @@ impl Reader {
         });
         let body = futures::stream::iter(first.map(Ok)).chain(rest).boxed();
         Ok(SegmentRead { len, body })
+    }
+
+    /// The state of one read of `start..=end` (at most `max_bytes` of it), and its window.
+    async fn stream(
+        self: &Arc<Self>,
+        seg: &SegmentMetadata,
+        start: u64,
+        end: Option<u64>,
+        max_bytes: Option<u64>,
+    ) -> Result<(SegmentStream, ReadPlan), TierError> {
+        let (keys, m) = self.manifest(seg).await?;
+        let plan = m.layout().plan(start, end).map_err(|e| {
+            TierError::BadRequest(super::protocol::FieldError {
+                field: if matches!(e, super::chunks::RangeError::StartPastEnd { .. }) {
+                    "start_position"
+                } else {
+                    "end_position"
+                },
+                message: format!("{e} (segment {})", seg.describe()),
+            })
+        })?;
+        let window = max_bytes.map_or_else(|| plan.clone(), |n| plan.first_bytes(n));
+        let stream = SegmentStream {
+            reader: self.clone(),
+            sequential: end.is_none().then(|| seg.clone()),
+            segment_last_chunk: m.layout().chunk_count().saturating_sub(1),
+            location: self.chunks.store.location(&keys.log),
+            object: Arc::from(keys.log.as_str()),
+            manifest: m,
+            pieces: Box::new(window.pieces()),
+            last_chunk: plan.last_chunk().unwrap_or(0),
+            prefetched_to: None,
+            promote: true,
+            failed: false,
+            served: 0,
+            started: std::time::Instant::now(),
+        };
+        Ok((stream, window))
+    }
+
+    /// The window as cache files for the bridge to read (see [`Handoff`]): the run of its
+    /// chunks, from the first, that are on disk. `None` when the first is not (or the cache is
+    /// in memory): the bytes go over the socket. Prefetching follows as for [`Reader::read`],
+    /// minus reading files into memory, which the bridge does not need.
+    pub async fn handoff(
+        self: &Arc<Self>,
+        seg: &SegmentMetadata,
+        start: u64,
+        end: Option<u64>,
+        max_bytes: Option<u64>,
+    ) -> Result<Option<Handoff>, TierError> {
+        let Some(dir) = self.chunks.cache.dir() else {
+            return Ok(None);
+        };
+        let dir = dir.display().to_string();
+        let (mut stream, window) = self.stream(seg, start, end, max_bytes).await?;
+        stream.promote = false;
+        let mut pieces = Vec::new();
+        let mut len = 0;
+        for piece in window.pieces() {
+            let Some(file) = stream.cached_file(piece.chunk) else {
+                break;
+            };
+            stream.prefetch_after(piece.chunk);
+            let range = piece.within.start as u64..piece.within.end as u64;
+            len += range.end - range.start;
+            pieces.push(handoff_piece(&file, range));
+        }
+        if pieces.is_empty() {
+            return Ok(None);
+        }
+        stats::fetched(len);
+        stats::handed_off(len);
+        Ok(Some(Handoff {
+            dir,
+            block_size: BLOCK,
+            len,
+            partial: len < window.len(),
+            pieces,
+        }))
+    }
+
+    /// Drops a cache file the bridge found damaged.
+    pub fn distrust(&self, file: &str) {
+        self.chunks.cache.distrust(file);
     }
 
     /// The stored bytes of one index, verified.
@@ -329,6 +390,8 @@ struct SegmentStream {
     last_chunk: u64,
     /// Highest chunk a prefetch was started for.
     prefetched_to: Option<u64>,
+    /// Whether chunks cached on disk are read into memory ahead of the reader.
+    promote: bool,
     failed: bool,
     /// Bytes handed to the connection, and since when: logged when the body ends or the
     /// reader hangs up (the broker usually does after its fetch size).
@@ -356,6 +419,13 @@ impl SegmentStream {
         Ok(out)
     }
 
+    /// The chunk's cache file, if it is on disk.
+    fn cached_file(&self, chunk: u64) -> Option<Arc<ChunkFile>> {
+        let entry = self.manifest.chunk(chunk)?;
+        let key = ChunkSource::key(&self.object, chunk, entry);
+        self.reader.chunks.cache.file(&key)
+    }
+
     /// Sequential readers (the broker reads on from where it stopped) find the next chunks
     /// loaded or on their way.
     fn prefetch_after(&mut self, chunk: u64) {
@@ -364,7 +434,13 @@ impl SegmentStream {
         let upto = ahead.min(self.last_chunk);
         let from = self.prefetched_to.map_or(chunk + 1, |p| p.max(chunk) + 1);
         for c in from..=upto {
-            chunks.prefetch(&self.object, &self.location, &self.manifest, c);
+            chunks.prefetch(
+                &self.object,
+                &self.location,
+                &self.manifest,
+                c,
+                self.promote,
+            );
         }
         if upto >= from {
             self.prefetched_to = Some(upto);
@@ -424,9 +500,17 @@ impl ChunkSource {
         self.cache.get(&key, move || load.run().boxed()).await
     }
 
-    fn prefetch(&self, object: &Arc<str>, location: &str, m: &LoadedManifest, index: u64) {
+    fn prefetch(
+        &self,
+        object: &Arc<str>,
+        location: &str,
+        m: &LoadedManifest,
+        index: u64,
+        promote: bool,
+    ) {
         if let Ok((key, load)) = self.loader(object, location, m, index) {
-            self.cache.prefetch(&key, move || load.run().boxed());
+            self.cache
+                .prefetch(&key, move || load.run().boxed(), promote);
         }
     }
 }
@@ -465,6 +549,24 @@ impl LoadChunk {
                 part: format!("chunk {}", self.index),
                 detail,
             })
+    }
+}
+
+/// The piece of a handoff for bytes `range` of a cache file: the CRCs of the blocks it touches.
+fn handoff_piece(file: &ChunkFile, range: Range<u64>) -> HandoffPiece {
+    let first = (range.start / BLOCK) as usize;
+    let last = (range.end.saturating_sub(1) / BLOCK) as usize;
+    let crc32c = file
+        .blocks
+        .get(first..=last.min(file.blocks.len().saturating_sub(1)))
+        .unwrap_or_default()
+        .to_vec();
+    HandoffPiece {
+        file: file.name.clone(),
+        size: file.len,
+        offset: range.start,
+        len: range.end - range.start,
+        crc32c,
     }
 }
 
@@ -570,6 +672,28 @@ mod tests {
         let e = entry(&data, &garbage);
         let err = decode_chunk(Bytes::from(garbage), &e, Compression::Zstd).unwrap_err();
         assert!(err.contains("zstd"), "{err}");
+    }
+
+    #[test]
+    fn a_handoff_piece_carries_the_checksums_of_the_blocks_it_touches() {
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 256) as u8).collect();
+        let file = ChunkFile {
+            path: "/c/x".into(),
+            name: "00000000000000aa-3.chunk".into(),
+            len: data.len() as u64,
+            blocks: super::super::cache::block_crcs(&data),
+        };
+        let b = BLOCK;
+        let p = handoff_piece(&file, 10..20);
+        assert_eq!((p.offset, p.len, p.size), (10, 10, 200_000));
+        assert_eq!(p.crc32c, vec![file.blocks[0]]);
+        let p = handoff_piece(&file, b - 1..b + 1);
+        assert_eq!(p.crc32c, file.blocks[0..2].to_vec());
+        let p = handoff_piece(&file, b..2 * b);
+        assert_eq!(p.crc32c, vec![file.blocks[1]], "an exact block");
+        let p = handoff_piece(&file, 5..200_000);
+        assert_eq!(p.crc32c, file.blocks);
+        assert_eq!(p.file, file.name);
     }
 
     fn bad_copy(d: &[u8]) -> Vec<u8> {

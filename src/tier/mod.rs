@@ -22,6 +22,8 @@ mod socket;
 mod stats;
 mod upload;
 
+pub use api::HANDOFF;
+pub use cache::BLOCK as HANDOFF_BLOCK;
 pub use cache::{ChunkCache, ChunkKey};
 pub use chunks::{ChunkLayout, Piece, RangeError, ReadPlan};
 pub use error::TierError;
@@ -32,9 +34,9 @@ pub use manifest::{
 };
 pub use offset_index::key_by_batch_start;
 pub use protocol::{
-    CopyRequest, CopyResponse, DeleteRequest, FetchIndexRequest, FetchRequest, FieldError,
-    IndexType, SegmentFiles, SegmentId, SegmentMetadata, TopicId, TopicName, UploadHeader,
-    UploadSizes,
+    CopyRequest, CopyResponse, DeleteRequest, FetchIndexRequest, FetchRequest, FieldError, Handoff,
+    HandoffPiece, IndexType, SegmentFiles, SegmentId, SegmentMetadata, TopicId, TopicName,
+    UploadHeader, UploadSizes,
 };
 pub use socket::SOCKET_NAME;
 
@@ -263,16 +265,16 @@ pub async fn serve(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), TierError>
         }
     };
     let router = api::router(tier);
-    let per_connection = |r: &axum::Router| {
+    let per_connection = |r: &axum::Router, transport| {
         let r = r.clone();
-        move || Tier::connection(&r)
+        move || Tier::connection(&r, transport)
     };
     let tcp = crate::listen::serve(
         "tier",
         listener,
         tls,
         limits(),
-        per_connection(&router),
+        per_connection(&router, api::Transport::Tcp),
         stopped(),
     );
     let unix_listener = unix.as_mut().and_then(|u| u.take_listener());
@@ -283,7 +285,7 @@ pub async fn serve(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), TierError>
                 l,
                 None,
                 limits(),
-                per_connection(&router),
+                per_connection(&router, api::Transport::Unix),
                 stopped(),
             )
             .await;

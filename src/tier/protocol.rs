@@ -323,6 +323,43 @@ pub struct FetchRequest {
     /// and the megabytes pushed into its socket buffers. `None`: the whole range.
     #[serde(default)]
     pub max_bytes: Option<u64>,
+    /// The bridge shares the host and reads cache files itself: answer with a [`Handoff`] when
+    /// the window starts in a chunk cached on disk (honoured over the Unix socket only).
+    #[serde(default)]
+    pub handoff: bool,
+    /// A cache file a handoff named whose bytes failed the bridge's check: dropped, so the
+    /// chunk is fetched from the store again.
+    #[serde(default)]
+    pub damaged_file: Option<String>,
+}
+
+/// A fetch answered with verified cache files for the bridge to read itself, when strata tier
+/// and the broker share a host: no byte crosses the socket. Each piece names a file in `dir`
+/// (named once, never rewritten; unlinked when evicted), the range of it to read, and the
+/// CRC-32C of every `block_size` block that range touches, which the bridge checks before it
+/// hands a byte to the broker.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handoff {
+    pub dir: String,
+    pub block_size: u64,
+    /// Bytes the pieces cover, from the request's start position.
+    pub len: u64,
+    /// The window goes on after `len` (its next chunk is not on disk): the bridge asks again
+    /// from there, rather than taking the short answer for the end of the range.
+    pub partial: bool,
+    pub pieces: Vec<HandoffPiece>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandoffPiece {
+    /// File name inside `dir`.
+    pub file: String,
+    /// The file's size (the chunk's length).
+    pub size: u64,
+    pub offset: u64,
+    pub len: u64,
+    /// CRC-32C of blocks `offset / block_size ..= (offset + len - 1) / block_size`.
+    pub crc32c: Vec<u32>,
 }
 
 impl FetchRequest {
@@ -476,6 +513,8 @@ mod tests {
             start_position: start,
             end_position: end,
             max_bytes: None,
+            handoff: false,
+            damaged_file: None,
         };
         assert_eq!(req(0, None).check().unwrap(), (0, None));
         let window = FetchRequest {
@@ -493,6 +532,10 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(parsed.max_bytes, None, "max_bytes is optional");
+        assert!(
+            !parsed.handoff && parsed.damaged_file.is_none(),
+            "so are these"
+        );
         assert_eq!(req(5, Some(5)).check().unwrap(), (5, Some(5)));
         assert_eq!(req(-1, None).check().unwrap_err().field, "start_position");
         assert_eq!(req(5, Some(4)).check().unwrap_err().field, "end_position");

@@ -5,6 +5,7 @@ use std::time::Instant;
 
 pub const BYTES_COPIED: &str = "strata_tier_bytes_copied_total";
 pub const BYTES_FETCHED: &str = "strata_tier_bytes_fetched_total";
+pub const BYTES_HANDED_OFF: &str = "strata_tier_bytes_handed_off_total";
 pub const CACHE_HITS: &str = "strata_tier_cache_hits_total";
 pub const CACHE_MISSES: &str = "strata_tier_cache_misses_total";
 pub const PREFETCHES: &str = "strata_tier_prefetches_total";
@@ -20,6 +21,10 @@ pub fn describe() {
         "Segment bytes (log and indexes) read from the broker's files and stored"
     );
     metrics::describe_counter!(BYTES_FETCHED, "Segment bytes served to the broker");
+    metrics::describe_counter!(
+        BYTES_HANDED_OFF,
+        "Of those, bytes the bridge read from cache files named in a handoff answer"
+    );
     metrics::describe_counter!(
         CACHE_HITS,
         "Chunk reads answered by the chunk cache or by a load already running"
@@ -54,6 +59,10 @@ pub fn copied(bytes: u64) {
 
 pub fn fetched(bytes: u64) {
     metrics::counter!(BYTES_FETCHED).increment(bytes);
+}
+
+pub fn handed_off(bytes: u64) {
+    metrics::counter!(BYTES_HANDED_OFF).increment(bytes);
 }
 
 pub fn cache_hit() {

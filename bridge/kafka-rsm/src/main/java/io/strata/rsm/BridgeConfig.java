@@ -30,6 +30,7 @@ final class BridgeConfig {
     static final String FETCH_TIMEOUT_MS = "strata.fetch.timeout.ms";
     static final String UNIX_SOCKET = "strata.unix.socket";
     static final String COPY_MODE = "strata.copy.mode";
+    static final String FETCH_HANDOFF = "strata.fetch.handoff";
 
     static final String DEFAULT_ENDPOINT = "http://127.0.0.1:9190";
     static final long DEFAULT_CONNECT_TIMEOUT_MS = 2_000L;
@@ -58,6 +59,11 @@ final class BridgeConfig {
     private final String copyModeSetting;
     /** Whether copies send the files' bytes ({@code /v1/copy-upload}) rather than their paths. */
     final boolean copyUpload;
+    /**
+     * Whether fetches ask for strata tier's cache files rather than bytes ({@link Handoff});
+     * strata grants it on its Unix socket only, and only a followed or fixed socket gets there.
+     */
+    final boolean handoff;
 
     private BridgeConfig(Map<String, ?> c) {
         URI uri = parseEndpoint(c.get(ENDPOINT));
@@ -91,6 +97,21 @@ final class BridgeConfig {
         this.copyModeSetting = choice(COPY_MODE, c.get(COPY_MODE), "auto", false);
         this.copyUpload = copyModeSetting.equals("upload")
             || (copyModeSetting.equals("auto") && !loopback && unixSocket == null);
+        this.handoff = parseBoolean(FETCH_HANDOFF, c.get(FETCH_HANDOFF), true);
+    }
+
+    private static boolean parseBoolean(String key, Object raw, boolean def) {
+        if (raw == null) {
+            return def;
+        }
+        if (raw instanceof Boolean) {
+            return (Boolean) raw;
+        }
+        String v = raw instanceof String ? ((String) raw).trim().toLowerCase(Locale.ROOT) : "";
+        if (v.equals("true") || v.equals("false")) {
+            return v.equals("true");
+        }
+        throw new ConfigException(key, raw, "must be true or false");
     }
 
     static BridgeConfig parse(Map<String, ?> configs) {
@@ -228,6 +249,7 @@ final class BridgeConfig {
             + ", " + COPY_TIMEOUT_MS + "=" + copyTimeout.toMillis()
             + ", " + FETCH_TIMEOUT_MS + "=" + fetchTimeout.toMillis()
             + ", " + UNIX_SOCKET + "=" + unixSetting
-            + ", " + COPY_MODE + "=" + copyModeSetting + " (" + (copyUpload ? "upload" : "paths") + ")";
+            + ", " + COPY_MODE + "=" + copyModeSetting + " (" + (copyUpload ? "upload" : "paths") + ")"
+            + ", " + FETCH_HANDOFF + "=" + handoff;
     }
 }

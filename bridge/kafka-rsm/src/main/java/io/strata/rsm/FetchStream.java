@@ -36,10 +36,45 @@ final class FetchStream extends InputStream {
     /** Largest window asked for at once. */
     static final long MAX_WINDOW = 64L << 20;
 
-    /** Opens the window of at most {@code maxBytes} bytes starting at {@code position}. */
+    /**
+     * Opens the window of at most {@code maxBytes} bytes starting at {@code position}: strata's
+     * cache files when {@code handoff} and strata grants it, else bytes over the socket.
+     * {@code damagedFile} names a handed-off file whose bytes failed their check, or is null.
+     */
     @FunctionalInterface
     interface Opener {
-        TierHttp.Body open(long position, long maxBytes) throws RemoteStorageException;
+        Window open(long position, long maxBytes, boolean handoff, String damagedFile) throws RemoteStorageException;
+    }
+
+    /** One window's bytes: a response body, or a {@link Handoff}. */
+    interface Window {
+        /** Like {@link InputStream#read(byte[], int, int)}: -1 once the window's bytes are all read. */
+        int read(byte[] b, int off, int len) throws IOException;
+
+        /** Once read to its end: whether the requested range ended with this window. */
+        boolean endsRange();
+
+        void close();
+    }
+
+    /** A window of bytes over the socket: any other count than asked for means the range ended. */
+    static Window bytes(TierHttp.Body body, long asked) {
+        return new Window() {
+            @Override
+            public int read(byte[] b, int off, int len) throws IOException {
+                return body.read(b, off, len);
+            }
+
+            @Override
+            public boolean endsRange() {
+                return body.bytesRead() != asked;
+            }
+
+            @Override
+            public void close() {
+                body.close();
+            }
+        };
     }
 
     private final Opener opener;
@@ -50,16 +85,19 @@ final class FetchStream extends InputStream {
     private final long endInclusive;
     /** Segment position of the next byte this stream returns. */
     private long position;
-    private TierHttp.Body window;
-    private long windowAsked;
+    private Window window;
+    /** Whether windows are asked for as handoffs (see {@link Handoff}). */
+    private boolean handoff;
+    private int handoffs;
     private boolean eof;
     private boolean closed;
     private int windows;
     private final long openedAt = System.nanoTime();
     private long firstWindowAt;
 
-    FetchStream(Opener opener, String segment, long start, long endInclusive) {
+    FetchStream(Opener opener, String segment, long start, long endInclusive, boolean handoff) {
         this.opener = opener;
+        this.handoff = handoff;
         this.segment = segment;
         this.start = start;
         this.position = start;
@@ -78,14 +116,25 @@ final class FetchStream extends InputStream {
         return windows;
     }
 
+    /** Windows answered as handoffs so far (for tests and logs). */
+    int handoffs() {
+        return handoffs;
+    }
+
     private void openWindow(long maxBytes) throws RemoteStorageException {
+        openWindow(maxBytes, handoff, null);
+    }
+
+    private void openWindow(long maxBytes, boolean asHandoff, String damagedFile) throws RemoteStorageException {
         long ask = maxBytes;
         if (endInclusive >= 0) {
             ask = Math.min(ask, endInclusive - position + 1);
         }
-        windowAsked = ask;
-        window = opener.open(position, ask);
+        window = opener.open(position, ask, asHandoff, damagedFile);
         windows++;
+        if (window instanceof Handoff) {
+            handoffs++;
+        }
     }
 
     @Override
@@ -104,17 +153,34 @@ final class FetchStream extends InputStream {
         if (len == 0) {
             return 0;
         }
+        long next = Math.min(MAX_WINDOW, Math.max(MIN_WINDOW, len));
         while (true) {
             if (window != null) {
-                int n = window.read(b, off, len);
+                int n;
+                try {
+                    n = window.read(b, off, len);
+                } catch (Handoff.Unusable e) {
+                    // Nothing of this read reached b's caller: the same bytes come over the socket.
+                    window.close();
+                    window = null;
+                    if (e.damagedFile != null) {
+                        LOG.warn("strata tier fetch of {}: {}; reading these bytes over the socket", segment, e.getMessage());
+                    } else {
+                        LOG.debug("strata tier fetch of {}: {}; reading these bytes over the socket", segment, e.getMessage());
+                    }
+                    handoff &= !e.permanent;
+                    open(next, false, e.damagedFile);
+                    continue;
+                }
                 if (n > 0) {
                     position += n;
                     return n;
                 }
-                // The window's body ended (a short body throws instead of ending).
-                boolean full = window.bytesRead() == windowAsked;
+                // The window ended (a short body throws instead of ending).
+                boolean ends = window.endsRange();
+                window.close();
                 window = null;
-                if (!full) {
+                if (ends) {
                     eof = true;
                 }
             }
@@ -122,12 +188,17 @@ final class FetchStream extends InputStream {
                 eof = true;
                 return -1;
             }
-            try {
-                openWindow(Math.min(MAX_WINDOW, Math.max(MIN_WINDOW, len)));
-            } catch (RemoteStorageException e) {
-                throw new IOException("strata tier fetch of the bytes from position " + position
-                    + " failed: " + e.getMessage(), e);
-            }
+            open(next, handoff, null);
+        }
+    }
+
+    /** Opens the next window, failures as the {@link IOException} a reader expects. */
+    private void open(long maxBytes, boolean asHandoff, String damagedFile) throws IOException {
+        try {
+            openWindow(maxBytes, asHandoff, damagedFile);
+        } catch (RemoteStorageException e) {
+            throw new IOException("strata tier fetch of the bytes from position " + position
+                + " failed: " + e.getMessage(), e);
         }
     }
 
@@ -137,15 +208,15 @@ final class FetchStream extends InputStream {
             return;
         }
         closed = true;
-        TierHttp.Body w = window;
+        Window w = window;
         window = null;
         if (w != null) {
             w.close();
         }
         if (LOG.isDebugEnabled()) {
             long now = System.nanoTime();
-            LOG.debug("strata tier fetch of {} from {}: {} bytes in {} window(s); first window after {} us, closed after {} us",
-                segment, start, position - start, windows, (firstWindowAt - openedAt) / 1000, (now - openedAt) / 1000);
+            LOG.debug("strata tier fetch of {} from {}: {} bytes in {} window(s), {} handed off; first window after {} us, closed after {} us",
+                segment, start, position - start, windows, handoffs, (firstWindowAt - openedAt) / 1000, (now - openedAt) / 1000);
         }
     }
 }

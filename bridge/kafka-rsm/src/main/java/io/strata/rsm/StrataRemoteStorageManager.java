@@ -263,10 +263,14 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
         return w.toString();
     }
 
-    static String fetchRequestJson(String segmentJson, long startPosition, long endPosition, long maxBytes) {
+    static String fetchRequestJson(String segmentJson, long startPosition, long endPosition, long maxBytes,
+                                   boolean handoff, String damagedFile) {
         return "{\"segment\":" + segmentJson + ",\"start_position\":" + startPosition
             + ",\"end_position\":" + (endPosition < 0 ? "null" : Long.toString(endPosition))
-            + ",\"max_bytes\":" + maxBytes + "}";
+            + ",\"max_bytes\":" + maxBytes
+            + (handoff ? ",\"handoff\":true" : "")
+            + (damagedFile == null ? "" : ",\"damaged_file\":" + new JsonWriter().value(damagedFile))
+            + "}";
     }
 
     static String fetchIndexRequestJson(RemoteLogSegmentMetadata m, IndexType indexType) {
@@ -352,17 +356,21 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
             throw new IllegalStateException("StrataRemoteStorageManager is closed");
         }
         String segment = segmentJson(metadata);
-        FetchStream.Opener opener = (position, maxBytes) -> {
-            byte[] body = fetchRequestJson(segment, position, endPosition, maxBytes).getBytes(StandardCharsets.UTF_8);
+        FetchStream.Opener opener = (position, maxBytes, handoff, damagedFile) -> {
+            byte[] body = fetchRequestJson(segment, position, endPosition, maxBytes, handoff, damagedFile)
+                .getBytes(StandardCharsets.UTF_8);
             TierHttp.Response resp = send("fetch", cfg.fetchTimeout, true,
                 h -> h.post(TierHttp.FETCH_PATH, body, cfg.fetchTimeout, RESPONSE_CAP));
-            if (resp.stream == null) {
-                throw failure("strata tier fetch answered HTTP " + resp.status + " instead of 200 with the bytes");
+            if (resp.stream != null) {
+                return FetchStream.bytes(resp.stream, maxBytes);
             }
-            return resp.stream;
+            if (resp.status == 200 && handoff && TierHttp.HANDOFF_TYPE.equals(resp.contentType)) {
+                return Handoff.parse(resp.body, maxBytes);
+            }
+            throw failure("strata tier fetch answered HTTP " + resp.status + " instead of 200 with the bytes");
         };
-        return new FetchStream(opener, metadata.remoteLogSegmentId().id().toString(), startPosition, endPosition)
-            .open();
+        return new FetchStream(opener, metadata.remoteLogSegmentId().id().toString(), startPosition, endPosition,
+            cfg.handoff).open();
     }
 
     /** One call of the client. */

@@ -39,7 +39,7 @@ import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
-import java.util.function.IntPredicate;
+import java.util.function.Predicate;
 
 /**
  * The bridge's HTTP/1.1 client: one request at a time per connection, connections kept alive in
@@ -76,10 +76,12 @@ final class TierHttp {
 
     static final String HELLO_PATH = "/v1/hello";
     static final String FETCH_PATH = "/v1/fetch";
+    /** The type of a fetch answered with cache files to read instead of bytes ({@link Handoff}). */
+    static final String HANDOFF_TYPE = "application/vnd.strata.handoff+json";
     /** Largest hello answer accepted (a small JSON object). */
     static final int HELLO_CAP = 64 * 1024;
     /** After a failed connect or hello, the named socket is not tried again for this long. */
-    static final long SOCKET_RETRY_NANOS = Duration.ofSeconds(30).toNanos();
+    static final long SOCKET_RETRY_NANOS = Duration.ofSeconds(5).toNanos();
     /** Idle connections kept; the broker runs about 10 remote reader threads by default. */
     static final int MAX_IDLE = 16;
     /** Idle connections older than this are closed instead of reused (servers drop idle ones). */
@@ -247,7 +249,7 @@ final class TierHttp {
             } else {
                 body.write(out, head, c.session, seq);
             }
-        }, timeoutMs, status -> fetch && status == 200, cap);
+        }, timeoutMs, raw -> fetch && raw.status == 200 && !HANDOFF_TYPE.equals(raw.contentType), cap);
         if (r.status == 401 && r.auth == null) {
             throw new CredentialsRefusedException("HTTP 401 to " + method + " " + path + printable(r.body));
         }
@@ -271,14 +273,14 @@ final class TierHttp {
                 + " signature");
         }
         if (r.body == null) {
-            return new Response(r.status, null, new Body(c, r.length, r.keepAlive));
+            return new Response(r.status, null, new Body(c, r.length, r.keepAlive), r.contentType);
         }
         if (r.reusable()) {
             release(c);
         } else {
             c.close();
         }
-        return new Response(r.status, r.body, null);
+        return new Response(r.status, r.body, null, r.contentType);
     }
 
     /**
@@ -290,7 +292,7 @@ final class TierHttp {
         JsonBody body = new JsonBody(("{\"version\":" + TierAuth.VERSION + ",\"client_nonce\":\"" + clientNonce + "\"}")
             .getBytes(StandardCharsets.UTF_8));
         byte[] head = head("POST", HELLO_PATH, body, null);
-        Raw r = c.exchange(out -> body.write(out, head, null, 0), connectTimeoutMs, status -> false, HELLO_CAP);
+        Raw r = c.exchange(out -> body.write(out, head, null, 0), connectTimeoutMs, raw -> false, HELLO_CAP);
         if (r.status == 401) {
             throw new CredentialsRefusedException("HTTP 401 to its hello" + printable(r.body));
         }
@@ -329,7 +331,9 @@ final class TierHttp {
             throw new IOException(c.peer + " closed the connection after the hello");
         }
         c.session = TierAuth.sessionKey(secret, clientNonce, (String) serverNonce);
-        if (!c.unix && !socketNamed.isEmpty()) {
+        if (!c.unix && socketNamed.isEmpty()) {
+            failedSocket = null;
+        } else if (!c.unix) {
             named(socketNamed);
         }
     }
@@ -397,8 +401,10 @@ final class TierHttp {
             if (c == null) {
                 return null;
             }
-            // TCP connections are retired once strata tier's Unix socket is known.
-            if (now - c.idleSince < MAX_IDLE_NANOS && (c.unix || socket == null)) {
+            // TCP connections are retired once strata tier's Unix socket is known, and once a
+            // failed socket is due for another try (a new connection's hello names it again:
+            // busy TCP connections would otherwise keep the bridge off the socket for good).
+            if (now - c.idleSince < MAX_IDLE_NANOS && (c.unix || (socket == null && !socketRetryDue(now)))) {
                 return c;
             }
             c.close();
@@ -454,6 +460,11 @@ final class TierHttp {
             c.close();
             throw e;
         }
+    }
+
+    /** A socket strata tier named failed, long enough ago to be tried again. */
+    private boolean socketRetryDue(long now) {
+        return followSocket && failedSocket != null && now - failedAt >= SOCKET_RETRY_NANOS;
     }
 
     private void forgetSocket(Path unix, IOException why) {
@@ -534,6 +545,7 @@ final class TierHttp {
         if (!p.equals(failedSocket)) {
             LOG.info("strata tier also listens on the Unix socket {}: new connections go there", p);
         }
+        failedSocket = null;
         socket = p;
     }
 
@@ -546,11 +558,14 @@ final class TierHttp {
         final byte[] body;
         /** The live body of a 200 answer to /v1/fetch (its length is signed, its bytes are not); else null. */
         final Body stream;
+        /** The Content-Type header, or {@code null}. */
+        final String contentType;
 
-        Response(int status, byte[] body, Body stream) {
+        Response(int status, byte[] body, Body stream, String contentType) {
             this.status = status;
             this.body = body;
             this.stream = stream;
+            this.contentType = contentType;
         }
     }
 
@@ -563,6 +578,8 @@ final class TierHttp {
         boolean keepAlive = true;
         /** The Strata-Auth header, or {@code null}. */
         String auth;
+        /** The Content-Type header (without parameters), or {@code null}. */
+        String contentType;
         boolean authRepeated;
         /** The whole body, or {@code null} when it was left in the socket. */
         byte[] body;
@@ -667,7 +684,7 @@ final class TierHttp {
          * Writes a request and reads the response head, then its whole body (at most {@code cap}
          * bytes) unless {@code leaveBody} says it stays in the socket. The timer covers all of it.
          */
-        Raw exchange(RequestWriter request, long timeoutMs, IntPredicate leaveBody, int cap) throws IOException {
+        Raw exchange(RequestWriter request, long timeoutMs, Predicate<Raw> leaveBody, int cap) throws IOException {
             staleFailure = false;
             boolean gotByte = false;
             phase.set(0);
@@ -698,7 +715,7 @@ final class TierHttp {
                     r.length = 0;
                     r.chunked = false;
                 }
-                if (!leaveBody.test(status)) {
+                if (!leaveBody.test(r)) {
                     r.body = readWhole(r, cap);
                 }
                 if (!phase.compareAndSet(0, 1)) {
@@ -758,6 +775,10 @@ final class TierHttp {
                     case "strata-auth":
                         r.authRepeated |= r.auth != null;
                         r.auth = value;
+                        break;
+                    case "content-type":
+                        int semi = value.indexOf(';');
+                        r.contentType = (semi < 0 ? value : value.substring(0, semi)).trim().toLowerCase(Locale.ROOT);
                         break;
                     default:
                         break;

@@ -127,13 +127,26 @@ final class FakeTier implements AutoCloseable {
         final BodyWriter writer;
         final long length;
         final boolean chunked;
+        /** The Content-Type header, or {@code null} for none. */
+        final String contentType;
 
-        private Reply(int status, byte[] body, BodyWriter writer, long length, boolean chunked) {
+        private Reply(int status, byte[] body, BodyWriter writer, long length, boolean chunked, String contentType) {
             this.status = status;
             this.body = body;
             this.writer = writer;
             this.length = length;
             this.chunked = chunked;
+            this.contentType = contentType;
+        }
+
+        private Reply(int status, byte[] body, BodyWriter writer, long length, boolean chunked) {
+            this(status, body, writer, length, chunked, null);
+        }
+
+        /** A fetch answered with cache files: a signed JSON body of strata's handoff type. */
+        static Reply handoff(String json) {
+            byte[] body = json.getBytes(StandardCharsets.UTF_8);
+            return new Reply(200, body, null, body.length, false, TierHttp.HANDOFF_TYPE);
         }
 
         static Reply of(int status, String text) {
@@ -517,8 +530,11 @@ final class FakeTier implements AutoCloseable {
     }
 
     private void writeReply(OutputStream out, Reply r, SecretKeySpec key, long seq, String api) throws Exception {
-        boolean streamed = api.equals(TierHttp.FETCH_PATH) && r.status == 200 && !r.chunked;
+        boolean streamed = api.equals(TierHttp.FETCH_PATH) && r.status == 200 && !r.chunked && r.contentType == null;
         StringBuilder head = new StringBuilder("HTTP/1.1 ").append(r.status).append(" X\r\n");
+        if (r.contentType != null) {
+            head.append("Content-Type: ").append(r.contentType).append("\r\n");
+        }
         if (r.chunked) {
             head.append("Transfer-Encoding: chunked\r\n");
         } else if (r.status != 204) {

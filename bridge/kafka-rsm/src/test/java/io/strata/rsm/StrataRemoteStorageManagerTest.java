@@ -198,7 +198,7 @@ class StrataRemoteStorageManagerTest extends FakeTierTest {
         assertArrayEquals(payload, got);
         FakeTier.Recorded r = tier.only();
         assertPost(r, "/v1/fetch");
-        assertEquals("{\"segment\":" + SEGMENT_JSON + ",\"start_position\":4242,\"end_position\":null,\"max_bytes\":1048576}",
+        assertEquals("{\"segment\":" + SEGMENT_JSON + ",\"start_position\":4242,\"end_position\":null,\"max_bytes\":1048576,\"handoff\":true}",
             r.bodyText());
     }
 
@@ -208,7 +208,7 @@ class StrataRemoteStorageManagerTest extends FakeTierTest {
         byte[] segmentBytes = new byte[5 * 1024 * 1024 + 123];
         new Random(11).nextBytes(segmentBytes);
         java.util.regex.Pattern field = java.util.regex.Pattern.compile(
-            "\"start_position\":(\\d+),\"end_position\":null,\"max_bytes\":(\\d+)}$");
+            "\"start_position\":(\\d+),\"end_position\":null,\"max_bytes\":(\\d+),\"handoff\":true}$");
         tier.respond(req -> {
             java.util.regex.Matcher m = field.matcher(req.bodyText());
             assertTrue(m.find(), req.bodyText());
@@ -253,7 +253,7 @@ class StrataRemoteStorageManagerTest extends FakeTierTest {
         assertArrayEquals(new byte[] {0, 1, 2, (byte) 0xff}, got);
         FakeTier.Recorded r = tier.only();
         assertPost(r, "/v1/fetch");
-        assertEquals("{\"segment\":" + SEGMENT_JSON + ",\"start_position\":10,\"end_position\":13,\"max_bytes\":4}",
+        assertEquals("{\"segment\":" + SEGMENT_JSON + ",\"start_position\":10,\"end_position\":13,\"max_bytes\":4,\"handoff\":true}",
             r.bodyText());
     }
 

@@ -12,6 +12,7 @@ import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
 
 import static io.strata.rsm.StrataRemoteStorageManagerTest.segment;
@@ -101,7 +102,7 @@ class UnixSocketTest extends FakeTierTest {
                 + " holds the same secret as strata's tier.secret_file, and that nothing else listens there)",
                 e.getMessage());
             assertInstanceOf(AuthenticationException.class, e.getCause());
-            // Later calls go back to TCP, where the proof checks (the socket is retried after 30 s).
+            // Later calls go back to TCP, where the proof checks (the socket is retried after 5 s).
             assertArrayEquals("real".getBytes(StandardCharsets.UTF_8), index());
 
             assertEquals(List.of("unix"), impostor.hellos);
@@ -122,6 +123,25 @@ class UnixSocketTest extends FakeTierTest {
             assertEquals(List.of(), impostor.requests);
             assertEquals(List.of(), tier.hellos, "no fallback to TCP with a fixed socket");
         }
+    }
+
+    @Test
+    void aSocketThatFailedIsTriedAgainWhileTcpConnectionsStayBusy() throws Exception {
+        // strata tier restarting: its socket refuses for a moment, the bridge goes to TCP...
+        tier.socketNamed = sock.toString();
+        rsm.deleteLogSegmentData(segment());
+        rsm.deleteLogSegmentData(segment());
+        assertNull(rsm.unixSocket(), "nobody listens on the socket yet");
+        // ...and once the socket is back, its busy TCP connection does not keep it there.
+        tier.listenUnix(sock);
+        rsm.deleteLogSegmentData(segment());
+        Thread.sleep(TimeUnit.NANOSECONDS.toMillis(TierHttp.SOCKET_RETRY_NANOS) + 200);
+        rsm.deleteLogSegmentData(segment());
+        rsm.deleteLogSegmentData(segment());
+
+        List<String> t = transports(tier);
+        assertEquals("unix", t.get(t.size() - 1), t.toString());
+        assertEquals(List.of("tcp", "tcp", "tcp", "tcp", "unix"), t);
     }
 
     @Test

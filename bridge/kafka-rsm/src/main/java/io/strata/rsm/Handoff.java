@@ -1,0 +1,383 @@
+package io.strata.rsm;
+
+import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
+
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.io.IOException;
+import java.math.BigDecimal;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.InvalidPathException;
+import java.nio.file.LinkOption;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.BasicFileAttributes;
+import java.nio.file.attribute.PosixFileAttributes;
+import java.nio.file.attribute.PosixFilePermission;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.regex.Pattern;
+import java.util.zip.CRC32C;
+
+/**
+ * A fetch window answered with strata tier's cache files instead of bytes: strata and the broker
+ * share the host (the answer came over strata's Unix socket, signed like every answer), so the
+ * bridge reads the verified chunk files itself and no byte crosses the socket.
+ *
+ * <p>What keeps it safe: only files the signed answer names are opened, by a plain name
+ * ({@code <16 hex>-<n>.chunk}, never reused by strata, never rewritten, only unlinked) inside the
+ * directory it names, which must be absolute and neither group- nor world-writable (nor its
+ * parent); links are not followed. Every byte goes through a buffer of this stream, is checked
+ * against the CRC-32C of its 64 KiB block (computed by strata from bytes it verified against the
+ * manifest) and only then copied to the broker. A file that vanished (evicted) or fails a check
+ * (damaged on disk) ends the handoff with {@link Unusable}: {@link FetchStream} asks for the same
+ * bytes over the socket instead (naming a damaged file, so strata drops it).
+ */
+final class Handoff implements FetchStream.Window {
+    private static final Logger LOG = LoggerFactory.getLogger(Handoff.class);
+
+    /** Verified bytes buffered per open stream (a whole number of blocks). */
+    static final int BUFFER_BYTES = 1 << 20;
+    /** Largest block accepted: a buffer holds whole blocks. */
+    static final long MAX_BLOCK = BUFFER_BYTES;
+    /** Pieces and checksums accepted in one answer (a window is at most 64 MiB). */
+    static final int MAX_PIECES = 4096;
+    static final int MAX_CRCS = 1 << 16;
+    /** Buffers kept for reuse (the broker runs about 10 remote reader threads). */
+    private static final int POOL_MAX = 16;
+    private static final ConcurrentLinkedQueue<ByteBuffer> POOL = new ConcurrentLinkedQueue<>();
+    private static final AtomicInteger POOLED = new AtomicInteger();
+    private static final Pattern NAME = Pattern.compile("[0-9a-f]{16}-[0-9]{1,19}\\.chunk");
+    /** Directories checked, with the reason they were refused ("" when safe). */
+    private static final Map<Path, String> CHECKED_DIRS = new ConcurrentHashMap<>();
+
+    /** A handoff that cannot go on: the bytes from here must come over the socket. */
+    static final class Unusable extends IOException {
+        private static final long serialVersionUID = 1L;
+        /** The file, when its bytes were damaged (strata drops it); else {@code null}. */
+        final String damagedFile;
+        /** No handoff can work (the directory is unsafe): stop asking for them. */
+        final boolean permanent;
+
+        Unusable(String message, String damagedFile) {
+            this(message, damagedFile, false);
+        }
+
+        Unusable(String message, String damagedFile, boolean permanent) {
+            super(message);
+            this.damagedFile = damagedFile;
+            this.permanent = permanent;
+        }
+    }
+
+    /** One file range of the answer, with the checksums of the blocks it touches. */
+    static final class Piece {
+        final String file;
+        final long size;
+        final long offset;
+        final long len;
+        final int[] crcs;
+
+        Piece(String file, long size, long offset, long len, int[] crcs) {
+            this.file = file;
+            this.size = size;
+            this.offset = offset;
+            this.len = len;
+            this.crcs = crcs;
+        }
+    }
+
+    final Path dir;
+    final long blockSize;
+    final long len;
+    final boolean partial;
+    final List<Piece> pieces;
+    private final long asked;
+
+    private int current = -1;
+    private FileChannel channel;
+    /** Bytes of the current piece handed out. */
+    private long inPiece;
+    private ByteBuffer buf;
+    /** File position of {@code buf}'s first byte, or -1 when it holds nothing verified. */
+    private long bufStart = -1;
+    private boolean closed;
+
+    private Handoff(Path dir, long blockSize, long len, boolean partial, List<Piece> pieces, long asked) {
+        this.dir = dir;
+        this.blockSize = blockSize;
+        this.len = len;
+        this.partial = partial;
+        this.pieces = pieces;
+        this.asked = asked;
+    }
+
+    /** Parses and checks a signed handoff answer to a request for {@code asked} bytes. */
+    static Handoff parse(byte[] body, long asked) throws RemoteStorageException {
+        try {
+            Object parsed = JsonReader.parse(new String(body, StandardCharsets.UTF_8));
+            if (!(parsed instanceof Map)) {
+                throw new IllegalArgumentException("not a JSON object");
+            }
+            Map<?, ?> m = (Map<?, ?>) parsed;
+            Path dir;
+            String dirText = text(m, "dir");
+            try {
+                dir = Path.of(dirText);
+            } catch (InvalidPathException e) {
+                throw new IllegalArgumentException("dir " + dirText + " is not a path");
+            }
+            if (!dir.isAbsolute() || !dir.normalize().equals(dir)) {
+                throw new IllegalArgumentException("dir " + dirText + " is not an absolute normalized path");
+            }
+            long block = number(m, "block_size");
+            if (block < 1 || block > MAX_BLOCK || BUFFER_BYTES % block != 0) {
+                throw new IllegalArgumentException("block_size " + block + " does not divide " + BUFFER_BYTES);
+            }
+            long len = number(m, "len");
+            Object partial = m.get("partial");
+            if (!(partial instanceof Boolean)) {
+                throw new IllegalArgumentException("partial is not a boolean");
+            }
+            Object list = m.get("pieces");
+            if (!(list instanceof List) || ((List<?>) list).isEmpty() || ((List<?>) list).size() > MAX_PIECES) {
+                throw new IllegalArgumentException("pieces is not a list of 1 to " + MAX_PIECES);
+            }
+            List<Piece> pieces = new ArrayList<>();
+            long total = 0;
+            for (Object o : (List<?>) list) {
+                Piece p = piece(o, block);
+                total += p.len;
+                pieces.add(p);
+            }
+            if (total != len || len < 1 || len > asked) {
+                throw new IllegalArgumentException("pieces of " + total + " bytes, len " + len + ", asked for " + asked);
+            }
+            return new Handoff(dir, block, len, (Boolean) partial, pieces, asked);
+        } catch (IllegalArgumentException | ArithmeticException e) {
+            String msg = "strata tier sent an invalid handoff answer: " + e.getMessage();
+            LOG.warn(msg);
+            throw new RemoteStorageException(msg);
+        }
+    }
+
+    private static Piece piece(Object o, long block) {
+        if (!(o instanceof Map)) {
+            throw new IllegalArgumentException("a piece is not an object");
+        }
+        Map<?, ?> m = (Map<?, ?>) o;
+        String file = text(m, "file");
+        if (!NAME.matcher(file).matches()) {
+            throw new IllegalArgumentException("file " + file + " is not a chunk file name");
+        }
+        long size = number(m, "size");
+        long offset = number(m, "offset");
+        long len = number(m, "len");
+        if (len < 1 || offset < 0 || Math.addExact(offset, len) > size) {
+            throw new IllegalArgumentException("piece " + offset + "+" + len + " is outside " + file + " of " + size + " bytes");
+        }
+        Object crcs = m.get("crc32c");
+        long blocks = (offset + len - 1) / block - offset / block + 1;
+        if (!(crcs instanceof List) || ((List<?>) crcs).size() != blocks || blocks > MAX_CRCS) {
+            throw new IllegalArgumentException("piece of " + file + " does not have " + blocks + " block checksums");
+        }
+        int[] values = new int[(int) blocks];
+        int i = 0;
+        for (Object c : (List<?>) crcs) {
+            if (!(c instanceof BigDecimal)) {
+                throw new IllegalArgumentException("a checksum is not a number");
+            }
+            long v = ((BigDecimal) c).longValueExact();
+            if (v < 0 || v > 0xffffffffL) {
+                throw new IllegalArgumentException("checksum " + v + " is not a CRC-32C");
+            }
+            values[i++] = (int) v;
+        }
+        return new Piece(file, size, offset, len, values);
+    }
+
+    private static String text(Map<?, ?> m, String key) {
+        Object v = m.get(key);
+        if (!(v instanceof String)) {
+            throw new IllegalArgumentException(key + " is not a string");
+        }
+        return (String) v;
+    }
+
+    private static long number(Map<?, ?> m, String key) {
+        Object v = m.get(key);
+        if (!(v instanceof BigDecimal)) {
+            throw new IllegalArgumentException(key + " is not a number");
+        }
+        return ((BigDecimal) v).longValueExact();
+    }
+
+    @Override
+    public boolean endsRange() {
+        return !partial && len < asked;
+    }
+
+    @Override
+    public int read(byte[] b, int off, int n) throws IOException {
+        Objects.checkFromIndexSize(off, n, b.length);
+        if (closed) {
+            throw new IOException("strata tier handoff is closed");
+        }
+        if (n == 0) {
+            return 0;
+        }
+        while (current < 0 || inPiece == pieces.get(current).len) {
+            if (current + 1 == pieces.size()) {
+                return -1;
+            }
+            next();
+        }
+        Piece p = pieces.get(current);
+        long pos = p.offset + inPiece;
+        if (bufStart < 0 || pos < bufStart || pos >= bufStart + buf.limit()) {
+            fill(p, pos);
+        }
+        int at = (int) (pos - bufStart);
+        int count = (int) Math.min(Math.min(n, buf.limit() - at), p.len - inPiece);
+        buf.get(at, b, off, count);
+        inPiece += count;
+        return count;
+    }
+
+    /** Opens the next piece's file. */
+    private void next() throws IOException {
+        closeChannel();
+        current++;
+        inPiece = 0;
+        bufStart = -1;
+        Piece p = pieces.get(current);
+        String unsafe = CHECKED_DIRS.computeIfAbsent(dir, Handoff::checkDir);
+        if (!unsafe.isEmpty()) {
+            throw new Unusable(unsafe, null, true);
+        }
+        Path file = dir.resolve(p.file);
+        try {
+            BasicFileAttributes a = Files.readAttributes(file, BasicFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
+            if (!a.isRegularFile()) {
+                throw new Unusable(file + " is not a regular file", p.file);
+            }
+            channel = FileChannel.open(file, StandardOpenOption.READ, LinkOption.NOFOLLOW_LINKS);
+            long size = channel.size();
+            if (size != p.size) {
+                throw new Unusable(file + " holds " + size + " bytes, strata tier said " + p.size, p.file);
+            }
+        } catch (NoSuchFileException e) {
+            throw new Unusable(file + " is gone (evicted from strata tier's cache)", null);
+        }
+        if (buf == null) {
+            buf = borrow();
+        }
+    }
+
+    /** Reads and verifies the blocks from the one holding {@code pos}, as many as the buffer holds. */
+    private void fill(Piece p, long pos) throws IOException {
+        long firstBlock = p.offset / blockSize;
+        long block = pos / blockSize;
+        long start = block * blockSize;
+        long pieceEnd = Math.min(p.size, ((p.offset + p.len - 1) / blockSize + 1) * blockSize);
+        long end = Math.min(pieceEnd, start + BUFFER_BYTES);
+        bufStart = -1;
+        buf.clear().limit((int) (end - start));
+        long at = start;
+        while (buf.hasRemaining()) {
+            int got = channel.read(buf, at);
+            if (got < 0) {
+                throw new Unusable(p.file + " ended at " + at + " bytes, strata tier said " + p.size, p.file);
+            }
+            at += got;
+        }
+        CRC32C crc = new CRC32C();
+        for (long s = start; s < end; s += blockSize) {
+            int from = (int) (s - start);
+            int to = (int) (Math.min(end, s + blockSize) - start);
+            crc.reset();
+            crc.update(buf.duplicate().limit(to).position(from));
+            int expected = p.crcs[(int) (s / blockSize - firstBlock)];
+            if ((int) crc.getValue() != expected) {
+                throw new Unusable(String.format("block at %d of %s has crc32c %08x, strata tier verified %08x",
+                    s, dir.resolve(p.file), (int) crc.getValue(), expected), p.file);
+            }
+        }
+        buf.position(0);
+        bufStart = start;
+    }
+
+    /** "" when {@code dir} (and its parent) is a real directory no group or other user can write. */
+    private static String checkDir(Path dir) {
+        for (Path d = dir; d != null && d.getNameCount() >= dir.getNameCount() - 1; d = d.getParent()) {
+            try {
+                PosixFileAttributes a = Files.readAttributes(d, PosixFileAttributes.class, LinkOption.NOFOLLOW_LINKS);
+                if (!a.isDirectory()) {
+                    return refuse(dir, d + " is not a directory (links are not followed)");
+                }
+                Set<PosixFilePermission> perms = a.permissions();
+                if (perms.contains(PosixFilePermission.GROUP_WRITE) || perms.contains(PosixFilePermission.OTHERS_WRITE)) {
+                    return refuse(dir, d + " is writable by its group or others");
+                }
+            } catch (IOException | UnsupportedOperationException e) {
+                return refuse(dir, "cannot inspect " + d + ": " + e);
+            }
+        }
+        return "";
+    }
+
+    private static String refuse(Path dir, String why) {
+        String msg = "not reading strata tier's cache files in " + dir + ": " + why
+            + "; fetches go over the socket (fix tier.cache_dir's permissions, or set strata.fetch.handoff=false)";
+        LOG.warn(msg);
+        return msg;
+    }
+
+    private static ByteBuffer borrow() {
+        ByteBuffer b = POOL.poll();
+        if (b == null) {
+            return ByteBuffer.allocateDirect(BUFFER_BYTES);
+        }
+        POOLED.decrementAndGet();
+        return b;
+    }
+
+    private void closeChannel() {
+        FileChannel c = channel;
+        channel = null;
+        if (c != null) {
+            try {
+                c.close();
+            } catch (IOException ignored) {
+                // read-only: nothing is lost
+            }
+        }
+    }
+
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        closeChannel();
+        ByteBuffer b = buf;
+        buf = null;
+        if (b != null && POOLED.incrementAndGet() <= POOL_MAX) {
+            POOL.offer(b);
+        } else if (b != null) {
+            POOLED.decrementAndGet();
+        }
+    }
+}

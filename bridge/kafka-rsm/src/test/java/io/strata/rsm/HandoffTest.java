@@ -1,0 +1,252 @@
+package io.strata.rsm;
+
+import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
+
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+import java.io.ByteArrayOutputStream;
+import java.io.IOException;
+import java.io.InputStream;
+import java.io.RandomAccessFile;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.attribute.PosixFilePermissions;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.Random;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import java.util.stream.Collectors;
+import java.util.zip.CRC32C;
+
+import static io.strata.rsm.StrataRemoteStorageManagerTest.segment;
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Fetches answered with cache files ({@link Handoff}): a fake strata that writes real chunk files
+ * and answers with their names and block checksums, as strata tier does over its Unix socket.
+ * Whatever happens to the files (evicted, damaged, before or during a read), the broker gets the
+ * segment's exact bytes: from the files when they check, else over the socket.
+ */
+class HandoffTest extends FakeTierTest {
+    static final int CHUNK = 300 * 1024;
+    static final int BLOCK = 64 * 1024;
+    static final int CHUNKS = 4;
+    static final Pattern FIELDS = Pattern.compile(
+        "\"start_position\":(\\d+),\"end_position\":null,\"max_bytes\":(\\d+)(,\"handoff\":true)?(,\"damaged_file\":\"([^\"]+)\")?}$");
+
+    Path dir;
+    byte[] segmentBytes;
+    final List<String> names = new ArrayList<>();
+    /** How each window was answered: "handoff" or "bytes". */
+    final List<String> answers = new ArrayList<>();
+    final List<String> damagedReported = new ArrayList<>();
+    /** Chunks the fake has "on disk" (answers hand off only a run of these). */
+    final boolean[] onDisk = new boolean[CHUNKS];
+
+    @BeforeEach
+    void chunkFiles() throws IOException {
+        dir = tmp.resolve("cache").resolve("strata-chunks");
+        Files.createDirectories(dir, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rwx------")));
+        Files.setPosixFilePermissions(dir.getParent(), PosixFilePermissions.fromString("rwx------"));
+        segmentBytes = new byte[CHUNKS * CHUNK - 1000];
+        new Random(7).nextBytes(segmentBytes);
+        for (int c = 0; c < CHUNKS; c++) {
+            String name = String.format("%016x-%d.chunk", 0xfeedL, c + 1);
+            names.add(name);
+            Files.write(dir.resolve(name), chunk(c));
+            onDisk[c] = true;
+        }
+        tier.respond(req -> {
+            Matcher m = FIELDS.matcher(req.bodyText());
+            assertTrue(m.find(), req.bodyText());
+            int from = Integer.parseInt(m.group(1));
+            int max = Integer.parseInt(m.group(2));
+            if (m.group(5) != null) {
+                // As strata tier does: the damaged file is dropped, its chunk no longer on disk.
+                damagedReported.add(m.group(5));
+                onDisk[names.indexOf(m.group(5))] = false;
+            }
+            int to = Math.min(segmentBytes.length, from + max);
+            String json = m.group(3) == null ? null : handoffJson(from, to);
+            if (json == null) {
+                answers.add("bytes");
+                return FakeTier.Reply.of(200, Arrays.copyOfRange(segmentBytes, from, to));
+            }
+            answers.add("handoff");
+            return FakeTier.Reply.handoff(json);
+        });
+    }
+
+    byte[] chunk(int c) {
+        return Arrays.copyOfRange(segmentBytes, c * CHUNK, Math.min(segmentBytes.length, (c + 1) * CHUNK));
+    }
+
+    /** The handoff for bytes from..to: the run of chunks on disk from the first; null if none. */
+    String handoffJson(int from, int to) {
+        StringBuilder pieces = new StringBuilder();
+        int pos = from;
+        while (pos < to && onDisk[pos / CHUNK]) {
+            int c = pos / CHUNK;
+            int offset = pos - c * CHUNK;
+            int len = Math.min(to, Math.min(segmentBytes.length, (c + 1) * CHUNK)) - pos;
+            byte[] data = chunk(c);
+            List<String> crcs = new ArrayList<>();
+            for (int b = offset / BLOCK; b <= (offset + len - 1) / BLOCK; b++) {
+                CRC32C crc = new CRC32C();
+                crc.update(data, b * BLOCK, Math.min(BLOCK, data.length - b * BLOCK));
+                crcs.add(Long.toString(crc.getValue()));
+            }
+            pieces.append(pieces.length() == 0 ? "" : ",")
+                .append("{\"file\":\"").append(names.get(c)).append("\",\"size\":").append(data.length)
+                .append(",\"offset\":").append(offset).append(",\"len\":").append(len)
+                .append(",\"crc32c\":[").append(String.join(",", crcs)).append("]}");
+            pos += len;
+        }
+        if (pos == from) {
+            return null;
+        }
+        return "{\"dir\":\"" + dir + "\",\"block_size\":" + BLOCK + ",\"len\":" + (pos - from)
+            + ",\"partial\":" + (pos < to) + ",\"pieces\":[" + pieces + "]}";
+    }
+
+    /** Reads the segment from {@code start} to its end in reads of {@code size}, running {@code after} after the first. */
+    byte[] readAll(int start, int size, Runnable after) throws Exception {
+        ByteArrayOutputStream got = new ByteArrayOutputStream();
+        try (InputStream in = rsm.fetchLogSegment(segment("orders", segmentBytes.length), start)) {
+            byte[] buf = new byte[size];
+            int n;
+            boolean first = true;
+            while ((n = in.read(buf, 0, buf.length)) >= 0) {
+                got.write(buf, 0, n);
+                if (first) {
+                    after.run();
+                    first = false;
+                }
+            }
+        }
+        return got.toByteArray();
+    }
+
+    byte[] expected(int start) {
+        return Arrays.copyOfRange(segmentBytes, start, segmentBytes.length);
+    }
+
+    void flipByte(int chunk, long at) {
+        try (RandomAccessFile f = new RandomAccessFile(dir.resolve(names.get(chunk)).toFile(), "rw")) {
+            f.seek(at);
+            int b = f.read();
+            f.seek(at);
+            f.write(b ^ 0x40);
+        } catch (IOException e) {
+            throw new RuntimeException(e);
+        }
+    }
+
+    @Test
+    void handedOffFilesAreReadByteExactWithoutBytesOnTheSocket() throws Exception {
+        for (int size : new int[] {17, 4096, 700 * 1024, 8 << 20}) {
+            answers.clear();
+            assertArrayEquals(expected(12345), readAll(12345, size, () -> { }), "reads of " + size);
+            assertTrue(answers.size() >= 1 && answers.stream().allMatch("handoff"::equals), answers.toString());
+        }
+        assertEquals(List.of(), damagedReported);
+    }
+
+    @Test
+    void aChunkNotOnDiskComesOverTheSocketAndTheNextIsHandedOffAgain() throws Exception {
+        onDisk[1] = false;
+        assertArrayEquals(expected(0), readAll(0, 256 * 1024, () -> { }));
+        assertTrue(answers.contains("bytes") && answers.get(0).equals("handoff")
+            && answers.get(answers.size() - 1).equals("handoff"), answers.toString());
+    }
+
+    @Test
+    void aFileEvictedBeforeItIsOpenedIsReadOverTheSocket() throws Exception {
+        Files.delete(dir.resolve(names.get(0)));
+        assertArrayEquals(expected(100), readAll(100, 64 * 1024, () -> { }));
+        assertEquals("handoff", answers.get(0));
+        assertEquals("bytes", answers.get(1), "the bytes of the vanished file came over the socket");
+        assertEquals(List.of(), damagedReported, "a vanished file is not damaged");
+    }
+
+    @Test
+    void aFileEvictedWhileItIsReadStillGivesItsBytes() throws Exception {
+        // Unlinked after the first read opened it: the open file keeps its bytes.
+        byte[] got = readAll(0, 1000, () -> {
+            try {
+                Files.delete(dir.resolve(names.get(0)));
+            } catch (IOException e) {
+                throw new RuntimeException(e);
+            }
+        });
+        assertArrayEquals(expected(0), got);
+        assertEquals(List.of(), damagedReported);
+    }
+
+    @Test
+    void aFileDamagedBeforeTheReadIsNeverServedAndIsReported() throws Exception {
+        flipByte(2, 5);
+        assertArrayEquals(expected(0), readAll(0, 128 * 1024, () -> { }));
+        assertEquals(List.of(names.get(2)), damagedReported, "strata is told which file to drop");
+        assertTrue(answers.contains("bytes"), answers.toString());
+    }
+
+    @Test
+    void filesDamagedDuringTheReadAreNeverServed() throws Exception {
+        // After the first read: chunk 0 is open and its blocks verified and buffered (all of its
+        // 300 KiB fit the buffer), chunk 1 is not opened yet. Both get a byte flipped.
+        AtomicInteger flips = new AtomicInteger();
+        byte[] got = readAll(0, 17, () -> {
+            flipByte(0, CHUNK - 10);
+            flipByte(1, 3 * BLOCK + 1);
+            flips.incrementAndGet();
+        });
+        assertEquals(1, flips.get());
+        assertArrayEquals(expected(0), got, "chunk 0 from its verified copy, chunk 1 over the socket");
+        assertEquals(List.of(names.get(1)), damagedReported);
+        // The next read of chunk 0's file finds its damage.
+        assertArrayEquals(expected(0), readAll(0, 100_000, () -> { }));
+        assertEquals(List.of(names.get(1), names.get(0)), damagedReported);
+    }
+
+    @Test
+    void aCacheDirectoryOthersCanWriteIsNotUsed() throws Exception {
+        Files.setPosixFilePermissions(dir, PosixFilePermissions.fromString("rwxrwx---"));
+        assertArrayEquals(expected(0), readAll(0, 1 << 20, () -> { }));
+        assertEquals("handoff", answers.get(0));
+        assertTrue(answers.subList(1, answers.size()).stream().allMatch("bytes"::equals),
+            "after the refusal, no more handoffs are asked for: " + answers);
+    }
+
+    @Test
+    void answersNamingOtherFilesAreRefused() {
+        String good = handoffJson(0, 1000);
+        for (String bad : new String[] {
+            good.replace(names.get(0), "../../etc/passwd"),
+            good.replace(names.get(0), "0000000000000001-1.chunk/x"),
+            good.replace("\"dir\":\"" + dir, "\"dir\":\"" + dir + "/../strata-chunks"),
+            good.replace("\"dir\":\"" + dir, "\"dir\":\"relative"),
+            good.replace("\"len\":1000,\"partial\"", "\"len\":999,\"partial\""),
+            good.replace("\"size\":" + CHUNK, "\"size\":10"),
+        }) {
+            tier.respond(req -> FakeTier.Reply.handoff(bad));
+            RemoteStorageException e = assertThrows(RemoteStorageException.class,
+                () -> rsm.fetchLogSegment(segment("orders", segmentBytes.length), 0), bad);
+            assertTrue(e.getMessage().contains("invalid handoff"), e.getMessage());
+        }
+    }
+
+    @Test
+    void handoffsCanBeTurnedOff() throws Exception {
+        rsm.configure(config(BridgeConfig.ENDPOINT, tier.endpoint(), BridgeConfig.FETCH_HANDOFF, "false"));
+        assertArrayEquals(expected(5), readAll(5, 1 << 20, () -> { }));
+        assertEquals(List.of("bytes"), answers.stream().distinct().collect(Collectors.toList()));
+    }
+}
