@@ -623,6 +623,9 @@ pub struct TierConfig {
     pub log_dirs: Vec<PathBuf>,
     /// Private directory of the Unix socket (`tier.sock`); `None`: TCP only.
     pub socket_dir: Option<PathBuf>,
+    /// `tier.handoff`: warm fetches over the Unix socket answered with cache files for the
+    /// bridge to read (see `docs/tier.md`); off, every byte crosses the socket.
+    pub handoff: bool,
     /// TLS on the TCP listener (required for a non-loopback `listen`).
     pub tls: Option<TierTls>,
     /// Fetch, fetch-index, delete and health requests served at once; more get 503.

@@ -194,6 +194,7 @@ pub struct RawTier {
     pub secret_file: Option<String>,
     pub log_dirs: Option<StringList>,
     pub socket_dir: Option<String>,
+    pub handoff: Option<bool>,
     pub tls_cert_file: Option<String>,
     pub tls_key_file: Option<String>,
     pub max_requests: Option<u32>,

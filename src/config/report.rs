@@ -162,10 +162,11 @@ pub fn render_report(origin: &str, c: &Config) -> String {
         } else {
             dirs.join(", ")
         },
-        t.socket_dir.as_ref().map_or("off".to_string(), |d| d
-            .join("tier.sock")
-            .display()
-            .to_string()),
+        t.socket_dir.as_ref().map_or("off".to_string(), |d| format!(
+            "{} (cache file handoff {})",
+            d.join("tier.sock").display(),
+            if t.handoff { "on" } else { "off" }
+        )),
         t.tls
             .as_ref()
             .map_or("off".to_string(), |c| c.cert_file.display().to_string()),

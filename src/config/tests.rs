@@ -364,6 +364,7 @@ tls_key_file = "/etc/strata/tier.key"
 secret_file = "/etc/strata/tier.secret"
 log_dirs = ["/var/lib/kafka/data", "/data2/kafka"]
 socket_dir = "/run/strata-tier"
+handoff = false
 max_requests = 8
 "#,
     )
@@ -380,8 +381,12 @@ max_requests = 8
     assert_eq!(t.log_dirs.len(), 2);
     assert_eq!(t.socket_dir, Some(PathBuf::from("/run/strata-tier")));
     assert_eq!(t.max_requests, 8);
+    assert!(!t.handoff);
     let report = super::render_report("f.toml", &c);
-    assert!(report.contains("/run/strata-tier/tier.sock"), "{report}");
+    assert!(
+        report.contains("/run/strata-tier/tier.sock (cache file handoff off)"),
+        "{report}"
+    );
 
     let found = issues(
         "[tier]\ntls_cert_file = \"/c.pem\"\nlog_dirs = \"relative/dir\"\nsocket_dir = \"run\"\nmax_requests = 0\n",

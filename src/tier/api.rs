@@ -501,7 +501,7 @@ async fn fetch(
         .request_slot("fetch", REQUEST_WAIT)
         .await
         .map_err(fail("fetch"))?;
-    if req.handoff && transport == Transport::Unix {
+    if req.handoff && t.handoff && transport == Transport::Unix {
         let handoff = t
             .reader
             .handoff(&req.segment, start, end, req.max_bytes)

@@ -68,6 +68,8 @@ pub struct Tier {
     /// `tier.max_requests`: fetches, index fetches, deletes and health checks at once.
     requests: Arc<tokio::sync::Semaphore>,
     max_requests: u32,
+    /// `tier.handoff`: fetches over the Unix socket may be answered with cache files.
+    handoff: bool,
 }
 
 impl Tier {
@@ -112,6 +114,7 @@ impl Tier {
             chunk_size,
             requests: Arc::new(tokio::sync::Semaphore::new(t.max_requests as usize)),
             max_requests: t.max_requests,
+            handoff: t.handoff,
         })
     }
 

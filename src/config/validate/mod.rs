@@ -233,6 +233,7 @@ pub(super) const TIER_KEYS: &[&str] = &[
     "secret_file",
     "log_dirs",
     "socket_dir",
+    "handoff",
     "tls_cert_file",
     "tls_key_file",
     "max_requests",

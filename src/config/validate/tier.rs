@@ -125,6 +125,7 @@ pub(super) fn tier(cx: &mut Ctx<'_>, raw: RawTier) -> TierConfig {
         secret_file,
         log_dirs,
         socket_dir,
+        handoff: raw.handoff.unwrap_or(true),
         tls,
         max_requests: max_requests.max(1),
     }
