@@ -1,0 +1,461 @@
+#!/usr/bin/env python3
+"""Tier mode benchmark: a fully tiered topic consumed from the beginning through the broker
+(Kafka reads it remotely through the bridge and `strata tier`), against the same bytes read from
+the broker's local disk, at the same fetch size, for 1 and 8 partitions.
+
+Cases, each measured REPEAT times (median reported), strata tier restarted on an empty cache
+before each cold run:
+  local         a topic without remote storage (page cache warm: the floor to compare with)
+  warm          strata tier's cache warm, fetches handed off as cache files (tier.handoff on)
+  warm-socket   the same, every byte over the Unix socket (tier.handoff = false)
+  cold-s3s      empty cache, chunks from s3s-fs (a fast local S3 server)
+  cold-ls       empty cache, chunks from LocalStack
+The consumer is kcat printing one byte per record (-f '\\n'), so it costs next to nothing.
+Reported per case: MiB/s, the ratio to local, CPU seconds of the consumer, the broker, strata
+tier and the S3 server, strata tier's CPU seconds per GiB served and the share handed off, and
+the broker's remote-read metrics (RemoteLogReaderFetchRateAndTimeMs, delayed remote fetch
+expirations), read over the JVM's local attach by bench/tier/BrokerMetrics.java.
+
+usage: bench/tier.sh [--size-mib 512] [--partitions 1 8] [--fetch-mib 1 8 32] [--repeat 3]
+                     [--chunk 4MiB] [--prefetch 2] [--stores s3s localstack] [--out FILE]
+needs: ./dev up (Kafka with tiered storage on, LocalStack), kcat, s3s-fs (./dev setup), port of
+       STRATA_TEST_TIER_ADDR free (no other strata tier running).
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+BUCKET = "strata-bench"
+MIB = 1 << 20
+
+
+def log(msg):
+    print(f"[bench/tier] {msg}", file=sys.stderr, flush=True)
+
+
+def die(msg):
+    log(f"error: {msg}")
+    sys.exit(1)
+
+
+def dev_env():
+    out = subprocess.run([str(ROOT / "dev"), "env"], capture_output=True, text=True, check=True).stdout
+    env = {}
+    for line in out.splitlines():
+        m = re.match(r"export (\w+)=(.*)$", line)
+        if m:
+            env[m.group(1)] = m.group(2).strip("'\"")
+    return env
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def proc_cpu(pid):
+    """user+sys seconds of a process (all threads), None when gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def pid_file(name):
+    try:
+        pid = int((ROOT / ".dev" / "run" / f"{name}.pid").read_text().strip())
+        return pid if proc_cpu(pid) is not None else None
+    except (OSError, ValueError):
+        return None
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.env = dev_env()
+        self.boot = self.env["STRATA_TEST_BOOTSTRAP"]
+        self.tier_addr = self.env["STRATA_TEST_TIER_ADDR"]
+        self.log_dir = Path(self.env["STRATA_TEST_KAFKA_LOG_DIR"])
+        self.bin = Path(os.environ.get("STRATA_BIN", ROOT / "target" / "release" / "strata"))
+        self.work = Path(tempfile.mkdtemp(prefix="strata-bench-tier."))
+        os.chmod(self.work, 0o700)
+        # Short names: s3s-fs keeps a multipart upload's state in a file named after the
+        # base64 of the key, which must fit in 255 bytes.
+        self.run_id = f"{int(time.time()) % 1000000:06d}"
+        self.prefix = f"bt-{self.run_id}"
+        self.broker = pid_file("kafka") or die("Kafka is not running: ./dev up")
+        self.localstack = pid_file("localstack")
+        self.tier = None
+        self.tier_log = self.work / "tier.log"
+        self.s3s = None
+        self.topics = []
+        self.mirrored = set()
+        self.gen = 0
+
+    # --- services -----------------------------------------------------------------------
+    def start_s3s(self):
+        binary = Path(self.env.get("STRATA_TEST_S3S_FS", ROOT / ".dev" / "s3s-fs" / "bin" / "s3s-fs"))
+        if not binary.exists():
+            die(f"{binary} is missing (./dev setup builds s3s-fs)")
+        self.s3s_data = self.work / "s3s"
+        (self.s3s_data / BUCKET).mkdir(parents=True)
+        port = free_port()
+        self.s3s_endpoint = f"http://127.0.0.1:{port}"
+        self.s3s = subprocess.Popen([str(binary), "--host", "127.0.0.1", "--port", str(port), "--access-key", "test",
+                                     "--secret-key", "test", str(self.s3s_data)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.1)
+        die("s3s-fs did not start")
+
+    def start_tier(self, store, handoff=True):
+        """strata tier on the broker's bridge endpoint, an empty cache, chunks from `store`."""
+        self.stop_tier()
+        self.gen += 1
+        endpoint = self.s3s_endpoint if store == "s3s" else self.env["STRATA_TEST_S3_ENDPOINT"]
+        self.metrics = f"127.0.0.1:{free_port()}"
+        cache = self.work / f"cache-{self.gen}"
+        total = self.a.size_mib * len(self.a.partitions)
+        cfg = self.work / "tier.toml"
+        cfg.write_text(f"""[kafka]
+bootstrap_servers = "{self.boot}"
+[store]
+url = "s3://{BUCKET}/{self.prefix}"
+endpoint = "{endpoint}"
+access_key = "test"
+secret_key = "test"
+region = "us-east-1"
+create_bucket = {"true" if store != "s3s" else "false"}
+[tier]
+listen = "{self.tier_addr}"
+secret_file = "{self.env['STRATA_TEST_TIER_SECRET']}"
+log_dirs = ["{self.log_dir}"]
+socket_dir = "{self.env['STRATA_TEST_TIER_SOCKET_DIR']}"
+chunk_size = "{self.a.chunk}"
+prefetch_chunks = {self.a.prefetch}
+cache_dir = "{cache}"
+cache_size = "{total * 2 + 256}MiB"
+handoff = {"true" if handoff else "false"}
+[telemetry]
+metrics_listen = "{self.metrics}"
+""")
+        before = self.tier_log.stat().st_size if self.tier_log.exists() else 0
+        out = open(self.tier_log, "ab")
+        self.tier = subprocess.Popen([str(self.bin), "--log-format", "human", "tier", "--config", str(cfg)],
+                                     stdout=out, stderr=out)
+        for _ in range(300):
+            with open(self.tier_log, "rb") as f:
+                f.seek(before)
+                if b"strata tier serving the broker bridge" in f.read():
+                    break
+            if self.tier.poll() is not None:
+                die(f"strata tier exited; see {self.tier_log}")
+            time.sleep(0.1)
+        else:
+            die("strata tier did not come up")
+        # The bridge reconnects to the Unix socket on its next call. (Had it called while
+        # strata was down, it would use TCP for 5 s: the `handed off` column would show it.)
+
+    def stop_tier(self):
+        if self.tier is not None:
+            self.tier.terminate()
+            try:
+                self.tier.wait(10)
+            except subprocess.TimeoutExpired:
+                self.tier.kill()
+                self.tier.wait()
+            self.tier = None
+
+    def tier_counters(self):
+        text = urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=5).read().decode()
+        out = {}
+        for name in ("strata_tier_bytes_fetched_total", "strata_tier_bytes_handed_off_total"):
+            m = re.search(rf"^{name} (\S+)$", text, re.M)
+            out[name] = float(m.group(1)) if m else 0.0
+        return out
+
+    def broker_metrics(self):
+        out = subprocess.run(["java", str(ROOT / "bench" / "tier" / "BrokerMetrics.java"), str(self.broker),
+                              "kafka.log.remote:type=RemoteLogManager,name=RemoteLogReaderFetchRateAndTimeMs",
+                              "kafka.server:type=DelayedRemoteFetchMetrics,*",
+                              "kafka.server:type=BrokerTopicMetrics,name=RemoteFetchRequestsPerSec"],
+                             capture_output=True, text=True).stdout
+        m = {}
+        for line in out.splitlines():
+            name, attr, value = line.split("\t")
+            short = re.search(r"name=(\w+)", name).group(1)
+            try:
+                m[f"{short}.{attr}"] = float(value)
+            except ValueError:
+                pass
+        return m
+
+    # --- topics -------------------------------------------------------------------------
+    def topic_cmd(self, *args):
+        subprocess.run([str(ROOT / "dev"), "kafka-class", "org.apache.kafka.tools.TopicCommand",
+                        "--bootstrap-server", self.boot, *args], check=True, capture_output=True)
+
+    def local_logs(self, topic, partitions):
+        return max(len(list((self.log_dir / f"{topic}-{p}").glob("*.log"))) for p in range(partitions))
+
+    def prepare(self):
+        log(f"generating {self.a.size_mib} MiB of records (1 KiB each, incompressible)")
+        data = self.work / "data"
+        with open(data, "wb") as f:
+            raw = os.urandom(self.a.size_mib * MIB * 3 // 4)
+            import base64
+            b = base64.b64encode(raw)
+            for i in range(0, len(b), 1023):
+                f.write(b[i:i + 1023] + b"\n")
+        self.bytes = data.stat().st_size
+        self.records = self.bytes // 1024
+        self.start_tier("s3s")
+        seg = self.a.segment_mib * MIB
+        for p in self.a.partitions:
+            local, tier = f"tl{p}-{self.run_id}", f"tt{p}-{self.run_id}"
+            self.topics += [local, tier]
+            self.topic_cmd("--create", "--topic", local, "--partitions", str(p), "--config", f"segment.bytes={seg}")
+            self.topic_cmd("--create", "--topic", tier, "--partitions", str(p), "--config", "remote.storage.enable=true",
+                           "--config", f"segment.bytes={seg}", "--config", "local.retention.ms=1000",
+                           "--config", "retention.ms=-1", "--config", "segment.ms=5000")
+            log(f"producing {self.a.size_mib} MiB to {local} and {tier} ({p} partitions)")
+            for t in (local, tier):
+                with open(data, "rb") as f:
+                    subprocess.run(["kcat", "-P", "-b", self.boot, "-t", t, "-z", "none"], stdin=f, check=True)
+        time.sleep(6)
+        for p in self.a.partitions:
+            tier = f"tt{p}-{self.run_id}"
+            # One more record per partition after segment.ms rolls its last data segment.
+            for q in range(p):
+                subprocess.run(["kcat", "-P", "-b", self.boot, "-t", tier, "-p", str(q), "-z", "none"],
+                               input=b"end\n", check=True)
+        t0 = time.monotonic()
+        for p in self.a.partitions:
+            tier = f"tt{p}-{self.run_id}"
+            log(f"waiting until every data segment of {tier} is in the bucket and gone from local disk")
+            while self.local_logs(tier, p) > 1:
+                if time.monotonic() - t0 > 900:
+                    die(f"{tier} still has local segments after 15 minutes")
+                time.sleep(0.5)
+        self.copy_secs = time.monotonic() - t0
+        self.stop_tier()
+
+    def mirror_to_localstack(self):
+        """The tiered objects, as s3s-fs holds them in files, put into LocalStack too (those not
+        there yet: the broker tiers the segment of the end markers whenever local retention
+        rolls it)."""
+        import boto3
+        s3 = boto3.client("s3", endpoint_url=self.env["STRATA_TEST_S3_ENDPOINT"], aws_access_key_id="test",
+                          aws_secret_access_key="test", region_name="us-east-1")
+        try:
+            s3.create_bucket(Bucket=BUCKET)
+        except s3.exceptions.BucketAlreadyOwnedByYou:
+            pass
+        except Exception as e:  # BucketAlreadyExists on some versions
+            if "BucketAlready" not in str(e):
+                raise
+        root = self.s3s_data / BUCKET
+        files = [p for p in (root / self.prefix).rglob("*") if p.is_file() and p not in self.mirrored]
+        if files:
+            log(f"copying {len(files)} tiered objects into LocalStack")
+        for p in files:
+            s3.upload_file(str(p), BUCKET, p.relative_to(root).as_posix())
+            self.mirrored.add(p)
+
+    # --- measuring ----------------------------------------------------------------------
+    def consume(self, topic, fetch_mib, partitions):
+        """One read of the topic from the beginning: seconds and CPU seconds per process."""
+        cmd = ["kcat", "-C", "-b", self.boot, "-t", topic, "-o", "beginning", "-e", "-q", "-f", "\\n",
+               "-X", f"fetch.message.max.bytes={fetch_mib * MIB}",
+               "-X", f"fetch.max.bytes={max(52428800, fetch_mib * MIB)}"]
+        procs = {"broker": self.broker, "tier": self.tier.pid if self.tier else None,
+                 "s3s": self.s3s.pid if self.s3s else None, "localstack": self.localstack}
+        before = {k: proc_cpu(v) for k, v in procs.items() if v}
+        counters = self.tier_counters() if self.tier else None
+        t0 = time.monotonic()
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE)
+        n = 0
+        while True:
+            b = p.stdout.read(1 << 16)
+            if not b:
+                break
+            n += b.count(b"\n")
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        secs = time.monotonic() - t0
+        if p.returncode != 0 or n < self.records:
+            die(f"read {n} records of {topic} (kcat exit {p.returncode}), expected at least {self.records}")
+        out = {"secs": secs, "mibs": self.bytes / MIB / secs, "consumer_cpu": ru.ru_utime + ru.ru_stime}
+        for k, v in procs.items():
+            if v and before.get(k) is not None:
+                out[f"{k}_cpu"] = (proc_cpu(v) or before[k]) - before[k]
+        if counters:
+            after = self.tier_counters()
+            served = after["strata_tier_bytes_fetched_total"] - counters["strata_tier_bytes_fetched_total"]
+            handed = after["strata_tier_bytes_handed_off_total"] - counters["strata_tier_bytes_handed_off_total"]
+            out["served_gib"] = served / (1 << 30)
+            out["handed_off"] = handed / served if served else 0.0
+        return out
+
+    def run(self):
+        self.start_s3s()
+        self.prepare()
+        log("warming up the broker's read paths (JIT, index caches)")
+        self.start_tier("s3s")
+        for p in self.a.partitions:
+            self.consume(f"tl{p}-{self.run_id}", 1, p)
+            self.consume(f"tt{p}-{self.run_id}", 1, p)
+        self.results = {}
+        for p in self.a.partitions:
+            local, tier = f"tl{p}-{self.run_id}", f"tt{p}-{self.run_id}"
+            for f in self.a.fetch_mib:
+                log(f"{p} partition(s), {f} MiB fetches: {self.a.repeat} rounds")
+                rows = {k: [] for k in ("local", "warm", "warm-socket", "cold-s3s", "cold-ls")}
+                broker = None
+                for r in range(self.a.repeat):
+                    self.stop_tier()
+                    rows["local"].append(self.consume(local, f, p))
+                    self.start_tier("s3s")
+                    rows["cold-s3s"].append(self.consume(tier, f, p))
+                    m0 = self.broker_metrics() if r == 0 else None
+                    rows["warm"].append(self.consume(tier, f, p))
+                    if m0 is not None:
+                        m1 = self.broker_metrics()
+                        broker = {k: (m1.get(k, 0) - m0.get(k, 0)) if k.endswith("Count") else m1.get(k)
+                                  for k in m1}
+                        n = broker.get("RemoteLogReaderFetchRateAndTimeMs.Count", 0)
+                        # Mean over the run alone, from the cumulative means and counts.
+                        c0, c1 = m0.get("RemoteLogReaderFetchRateAndTimeMs.Count", 0), m1.get(
+                            "RemoteLogReaderFetchRateAndTimeMs.Count", 0)
+                        s0 = c0 * m0.get("RemoteLogReaderFetchRateAndTimeMs.Mean", 0)
+                        s1 = c1 * m1.get("RemoteLogReaderFetchRateAndTimeMs.Mean", 0)
+                        broker["read_ms_mean"] = (s1 - s0) / n if n else None
+                    self.start_tier("s3s", handoff=False)
+                    self.consume(tier, f, p)  # fills the cache
+                    rows["warm-socket"].append(self.consume(tier, f, p))
+                    if "localstack" in self.a.stores:
+                        self.mirror_to_localstack()
+                        self.start_tier("localstack")
+                        rows["cold-ls"].append(self.consume(tier, f, p))
+                self.results[(p, f)] = ({k: v for k, v in rows.items() if v}, broker)
+        self.stop_tier()
+
+    # --- report -------------------------------------------------------------------------
+    def report(self):
+        med = lambda runs, k: statistics.median(x[k] for x in runs if k in x) if any(k in x for x in runs) else None
+        names = {"local": "local disk", "warm": "tiered, warm, cache files handed off",
+                 "warm-socket": "tiered, warm, bytes over the socket", "cold-s3s": "tiered, cold, s3s-fs",
+                 "cold-ls": "tiered, cold, LocalStack"}
+        wmem = Path("/proc/sys/net/core/wmem_max").read_text().strip()
+        lines = [f"### Tier: {time.strftime('%Y-%m-%d', time.gmtime())}: {self.a.size_mib} MiB per topic, "
+                 f"chunk {self.a.chunk}, prefetch {self.a.prefetch}",
+                 "",
+                 f"kcat from the beginning, one byte out per 1 KiB record; {self.a.segment_mib} MiB segments; median "
+                 f"of {self.a.repeat}. Broker: socket.send.buffer.bytes 4 MiB (net.core.wmem_max {wmem}), "
+                 "remote.fetch.max.wait.ms 5000, G1 regions 32 MiB. CPU columns are seconds for the whole read; "
+                 "`tier s/GiB` is strata tier's CPU per GiB it served; `handed off` the share of those bytes the "
+                 "bridge read from cache files.",
+                 "",
+                 "| partitions | fetch | case | MiB/s | vs local | consumer CPU | broker CPU | tier CPU | S3 CPU "
+                 "| tier s/GiB | handed off |",
+                 "| ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        notes = []
+        for (p, f), (rows, broker) in self.results.items():
+            local = med(rows["local"], "mibs")
+            for k, runs in rows.items():
+                mibs = med(runs, "mibs")
+                s3 = med(runs, "s3s_cpu") if k == "cold-s3s" else med(runs, "localstack_cpu") if k == "cold-ls" else None
+                tier = med(runs, "tier_cpu")
+                gib = med(runs, "served_gib")
+                per = f"{tier / gib:.2f}" if tier is not None and gib else ""
+                handed = med(runs, "handed_off")
+                fmt = lambda v: "" if v is None else f"{v:.2f}"
+                lines.append(f"| {p} | {f} MiB | {names[k]} | {mibs:.0f} | {100 * mibs / local:.0f}% | "
+                             f"{fmt(med(runs, 'consumer_cpu'))} | {fmt(med(runs, 'broker_cpu'))} | "
+                             f"{fmt(tier) if k != 'local' else ''} | {fmt(s3)} | {per} | "
+                             f"{'' if handed is None else f'{100 * handed:.0f}%'} |")
+            if broker:
+                notes.append(f"- {p} partition(s), {f} MiB, warm run: {broker.get('RemoteFetchRequestsPerSec.Count', 0):.0f} "
+                             f"remote fetches, {broker.get('RemoteLogReaderFetchRateAndTimeMs.Count', 0):.0f} remote "
+                             f"reads averaging {broker.get('read_ms_mean') or 0:.2f} ms, "
+                             f"{broker.get('ExpiresPerSec.Count', 0):.0f} delayed remote fetches expired")
+        lines += ["", f"Tiering {self.a.size_mib * len(self.a.partitions)} MiB (to s3s-fs): {self.copy_secs:.0f} s "
+                  "after the last produce.", "", "Broker remote-read metrics (warm, handed off, first round):", *notes]
+        text = "\n".join(lines) + "\n"
+        print(text)
+        if self.a.out:
+            Path(self.a.out).write_text(text)
+        (ROOT / "bench" / "results").mkdir(exist_ok=True)
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        (ROOT / "bench" / "results" / f"{stamp}-tier.json").write_text(json.dumps(
+            [{"partitions": p, "fetch_mib": f, "cases": rows, "broker": broker}
+             for (p, f), (rows, broker) in self.results.items()], indent=1))
+
+    def cleanup(self):
+        self.stop_tier()
+        if self.topics:
+            # Deleting a tiered topic makes the broker delete its remote segments: strata tier runs.
+            try:
+                self.start_tier("s3s")
+                for t in self.topics:
+                    self.topic_cmd("--delete", "--topic", t)
+                time.sleep(5)
+            except (subprocess.CalledProcessError, SystemExit):
+                pass
+            self.stop_tier()
+        if self.s3s:
+            self.s3s.terminate()
+            self.s3s.wait()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size-mib", type=int, default=512)
+    ap.add_argument("--partitions", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--fetch-mib", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--segment-mib", type=int, default=64)
+    ap.add_argument("--chunk", default="4MiB")
+    ap.add_argument("--prefetch", type=int, default=2)
+    ap.add_argument("--stores", nargs="+", default=["s3s", "localstack"], choices=["s3s", "localstack"])
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    if shutil.which("kcat") is None:
+        die("kcat is missing (./dev setup installs it)")
+    b = Bench(a)
+    with socket.socket() as s:
+        host, port = b.tier_addr.rsplit(":", 1)
+        if s.connect_ex((host, int(port))) == 0:
+            die(f"something already listens on {b.tier_addr} (another strata tier?); stop it first")
+    if not b.bin.exists():
+        log(f"building {b.bin}")
+        subprocess.run(["cargo", "build", "--release", "--bin", "strata"], cwd=ROOT, check=True)
+    try:
+        b.run()
+        b.report()
+    finally:
+        b.cleanup()
+
+
+if __name__ == "__main__":
+    main()
