@@ -16,7 +16,7 @@ tier and the S3 server, strata tier's CPU seconds per GiB served and the share h
 the broker's remote-read metrics (RemoteLogReaderFetchRateAndTimeMs, delayed remote fetch
 expirations), read over the JVM's local attach by bench/tier/BrokerMetrics.java.
 
-usage: bench/tier.sh [--size-mib 512] [--partitions 1 8] [--fetch-mib 1 8 32] [--repeat 3]
+usage: bench/tier.sh [SIZE_MIB] [--size-mib 512] [--partitions 1 8] [--fetch-mib 1 8 32] [--repeat 3]
                      [--chunk 4MiB] [--prefetch 2] [--stores s3s localstack] [--out FILE]
 needs: ./dev up (Kafka with tiered storage on, LocalStack), kcat, s3s-fs (./dev setup), port of
        STRATA_TEST_TIER_ADDR free (no other strata tier running).
@@ -133,7 +133,7 @@ class Bench:
         self.gen += 1
         endpoint = self.s3s_endpoint if store == "s3s" else self.env["STRATA_TEST_S3_ENDPOINT"]
         self.metrics = f"127.0.0.1:{free_port()}"
-        cache = self.work / f"cache-{self.gen}"
+        cache = self.cache = self.work / f"cache-{self.gen}"
         total = self.a.size_mib * len(self.a.partitions)
         cfg = self.work / "tier.toml"
         cfg.write_text(f"""[kafka]
@@ -184,6 +184,9 @@ metrics_listen = "{self.metrics}"
                 self.tier.kill()
                 self.tier.wait()
             self.tier = None
+            # Each start gets an empty cache directory of its own; the last one's goes now (they
+            # are GiBs each).
+            shutil.rmtree(self.cache, ignore_errors=True)
 
     def tier_counters(self):
         text = urllib.request.urlopen(f"http://{self.metrics}/metrics", timeout=5).read().decode()
@@ -430,16 +433,22 @@ metrics_listen = "{self.metrics}"
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    # bench/run passes the data set's size as the argument, REPEAT, OUT and BENCH_SMOKE=1.
+    ap.add_argument("size", type=int, nargs="?", help="MiB per topic (same as --size-mib)")
     ap.add_argument("--size-mib", type=int, default=512)
     ap.add_argument("--partitions", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--fetch-mib", type=int, nargs="+", default=[1, 8, 32])
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=int(os.environ.get("REPEAT", "3")))
     ap.add_argument("--segment-mib", type=int, default=64)
     ap.add_argument("--chunk", default="4MiB")
-    ap.add_argument("--prefetch", type=int, default=2)
+    ap.add_argument("--prefetch", type=int, default=8)
     ap.add_argument("--stores", nargs="+", default=["s3s", "localstack"], choices=["s3s", "localstack"])
-    ap.add_argument("--out")
+    ap.add_argument("--out", default=os.environ.get("OUT"))
     a = ap.parse_args()
+    if a.size:
+        a.size_mib = a.size
+    if os.environ.get("BENCH_SMOKE") == "1":
+        a.repeat, a.partitions, a.fetch_mib = 1, [1], [1]
     if shutil.which("kcat") is None:
         die("kcat is missing (./dev setup installs it)")
     b = Bench(a)

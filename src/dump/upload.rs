@@ -155,9 +155,6 @@ struct InFlight {
     task: JoinHandle<Outcome>,
 }
 
-/// A bundle's files go to their uploads in pieces of this size.
-const BUNDLE_WRITE: usize = 256 << 10;
-
 /// Streams one object's parts into an upload.
 async fn upload_object(
     store: Arc<dyn ObjectStore>,
@@ -199,11 +196,11 @@ async fn upload_object(
                         Ok(u) => u,
                         Err(e) => return Outcome::Failed(e),
                     };
-                    // In pieces, as parts of a record object go: one write of a whole file measured
-                    // many times the kernel time per byte on this machine's page cache.
+                    // In pieces, as parts of a record object go (see `store::WRITE_PIECE`).
                     let data = Bytes::from(data);
-                    for at in (0..data.len()).step_by(BUNDLE_WRITE) {
-                        let piece = data.slice(at..(at + BUNDLE_WRITE).min(data.len()));
+                    let step = crate::store::WRITE_PIECE;
+                    for at in (0..data.len()).step_by(step) {
+                        let piece = data.slice(at..(at + step).min(data.len()));
                         if let Err(e) = u.write(piece).await {
                             return Outcome::Failed(e);
                         }

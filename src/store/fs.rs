@@ -8,7 +8,7 @@ use super::{
 };
 use async_trait::async_trait;
 use bytes::Bytes;
-use std::io::{self, SeekFrom, Write};
+use std::io::{self, SeekFrom};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
@@ -124,7 +124,7 @@ fn commit_temp(tmp: &Path, f: std::fs::File, dest: &Path) -> io::Result<()> {
 
 fn write_atomic(dest: &Path, data: &[u8]) -> io::Result<()> {
     let (tmp, mut f) = create_temp(dest)?;
-    let r = f.write_all(data).and_then(|_| commit_temp(&tmp, f, dest));
+    let r = super::write_in_pieces(&mut f, data).and_then(|_| commit_temp(&tmp, f, dest));
     if r.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
@@ -458,7 +458,7 @@ impl MultipartUpload for FsUpload {
             .take()
             .ok_or_else(|| self.err(io::Error::other("upload already closed")))?;
         let (f, r) = tokio::task::spawn_blocking(move || {
-            let r = f.write_all(&data);
+            let r = super::write_in_pieces(&mut f, &data);
             (f, r)
         })
         .await

@@ -514,7 +514,6 @@ fn unique_id() -> u64 {
 
 /// Writes a new file (never an existing one) with `mode`.
 fn write_new(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
-    use std::io::Write;
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
     let mut f = std::fs::OpenOptions::new()
         .write(true)
@@ -523,7 +522,7 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
         .open(path)?;
     // Exactly `mode`, whatever the umask: the broker's group must be able to read it.
     f.set_permissions(std::fs::Permissions::from_mode(mode))?;
-    f.write_all(bytes)
+    crate::store::write_in_pieces(&mut f, bytes)
 }
 
 /// A cache file's bytes, if they are the chunk's.
