@@ -17,7 +17,7 @@ the broker's remote-read metrics (RemoteLogReaderFetchRateAndTimeMs, delayed rem
 expirations), read over the JVM's local attach by bench/tier/BrokerMetrics.java.
 
 usage: bench/tier.sh [SIZE_MIB] [--size-mib 512] [--partitions 1 8] [--fetch-mib 1 8 32] [--repeat 3]
-                     [--chunk 4MiB] [--prefetch 2] [--stores s3s localstack] [--out FILE]
+                     [--chunk 4MiB] [--prefetch 8] [--stores s3s localstack] [--out FILE]
 needs: ./dev up (Kafka with tiered storage on, LocalStack), kcat, s3s-fs (./dev setup), port of
        STRATA_TEST_TIER_ADDR free (no other strata tier running).
 """
@@ -36,7 +36,6 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 BUCKET = "strata-bench"
 MIB = 1 << 20
 
@@ -60,28 +59,8 @@ def dev_env():
     return env
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def proc_cpu(pid):
-    """user+sys seconds of a process (all threads), None when gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
-    except (OSError, IndexError, ValueError):
-        return None
-
-
-def pid_file(name):
-    try:
-        pid = int((ROOT / ".dev" / "run" / f"{name}.pid").read_text().strip())
-        return pid if proc_cpu(pid) is not None else None
-    except (OSError, ValueError):
-        return None
+sys.path.insert(0, str(ROOT / "bench"))
+from bench import free_port, proc_cpu, service_pid as pid_file  # noqa: E402  (shared helpers)
 
 
 class Bench:
