@@ -11,6 +11,7 @@
 use super::auth::{self, SessionKey};
 use super::copy::file_source;
 use super::error::TierError;
+use super::fetch;
 use super::files::MAX_INDEX_BYTES;
 use super::protocol::{
     CopyRequest, CopyResponse, DeleteRequest, FetchIndexRequest, FetchRequest, UploadHeader,
@@ -501,22 +502,19 @@ async fn fetch(
         .request_slot("fetch", REQUEST_WAIT)
         .await
         .map_err(fail("fetch"))?;
-    if req.handoff && t.handoff && transport == Transport::Unix {
-        let handoff = t
-            .reader
-            .handoff(&req.segment, start, end, req.max_bytes)
-            .await
-            .map_err(fail("fetch"))?;
-        if let Some(h) = handoff {
+    let handoff = req.handoff && t.handoff && transport == Transport::Unix;
+    let read = match t
+        .reader
+        .read(&req.segment, start, end, req.max_bytes, handoff)
+        .await
+        .map_err(fail("fetch"))?
+    {
+        fetch::Answer::Bytes(read) => read,
+        fetch::Answer::Files(h) => {
             tracing::debug!(segment = %req.segment.describe(), start, ?end, max_bytes = ?req.max_bytes, len = h.len, pieces = h.pieces.len(), us = started.elapsed().as_micros() as u64, "fetch handed off");
             return Ok(([(header::CONTENT_TYPE, HANDOFF)], Json(h)).into_response());
         }
-    }
-    let read = t
-        .reader
-        .read(&req.segment, start, end, req.max_bytes)
-        .await
-        .map_err(fail("fetch"))?;
+    };
     tracing::debug!(segment = %req.segment.describe(), start, ?end, max_bytes = ?req.max_bytes, len = read.len, first_byte_us = started.elapsed().as_micros() as u64, "fetch");
     // The slot is held until the body is sent (or the bridge hangs up).
     let body = futures::StreamExt::map(read.body, move |b| {

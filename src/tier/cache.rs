@@ -115,7 +115,7 @@ const CHUNK_DIR: &str = "strata-chunks";
 
 impl ChunkCache {
     pub fn memory(capacity: u64) -> Self {
-        Self::with_dir(capacity, None, 0)
+        Self::with_dir(capacity, None, 0, 0o600)
     }
 
     /// A cache in files under `dir/strata-chunks/`, emptied first, with up to `hot` bytes of
@@ -127,14 +127,15 @@ impl ChunkCache {
         let file_mode = tokio::task::spawn_blocking(move || prepare_dir(&root, &path))
             .await
             .map_err(|e| TierError::Internal(format!("cache setup task failed: {e}")))??;
-        let mut c = Self::with_dir(capacity, Some(chunks), hot.min(capacity));
-        if let Some(inner) = Arc::get_mut(&mut c.inner) {
-            inner.file_mode = file_mode;
-        }
-        Ok(c)
+        Ok(Self::with_dir(
+            capacity,
+            Some(chunks),
+            hot.min(capacity),
+            file_mode,
+        ))
     }
 
-    fn with_dir(capacity: u64, dir: Option<PathBuf>, hot_capacity: u64) -> Self {
+    fn with_dir(capacity: u64, dir: Option<PathBuf>, hot_capacity: u64, file_mode: u32) -> Self {
         Self {
             inner: Arc::new(Inner {
                 state: Mutex::new(State {
@@ -149,7 +150,7 @@ impl ChunkCache {
                 capacity,
                 hot_capacity,
                 dir,
-                file_mode: 0o600,
+                file_mode,
                 id: unique_id(),
             }),
         }

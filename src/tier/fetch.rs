@@ -35,6 +35,13 @@ const MANIFEST_CACHE_ENTRIES: usize = 4096;
 /// How long a next segment found missing is not looked for again.
 const LOOK_AGAIN: Duration = Duration::from_secs(10);
 
+/// How a fetch is answered.
+pub enum Answer {
+    /// Cache files the bridge reads itself.
+    Files(Handoff),
+    Bytes(SegmentRead),
+}
+
 /// The bytes of a fetch: exactly `len` bytes unless an error ends the stream.
 pub struct SegmentRead {
     pub len: u64,
@@ -211,14 +218,23 @@ impl Reader {
     /// Bytes `start..=end` of the segment's `.log` (`end` clamped; `None` = to the end), at
     /// most `max_bytes` of them. Prefetching and looking ahead follow the whole range, so a
     /// reader that takes it in windows finds the next chunks (and segment) on their way.
+    ///
+    /// With `handoff`, the window may be answered as cache files for the bridge to read
+    /// instead ([`SegmentStream::handoff`]).
     pub async fn read(
         self: &Arc<Self>,
         seg: &SegmentMetadata,
         start: u64,
         end: Option<u64>,
         max_bytes: Option<u64>,
-    ) -> Result<SegmentRead, TierError> {
+        handoff: bool,
+    ) -> Result<Answer, TierError> {
         let (mut stream, window) = self.stream(seg, start, end, max_bytes).await?;
+        if handoff {
+            if let Some(h) = stream.handoff(&window) {
+                return Ok(Answer::Files(h));
+            }
+        }
         let len = window.len();
         // The first piece now: a missing or corrupt first chunk gets an error status.
         let first = match stream.pieces.next() {
@@ -241,7 +257,7 @@ impl Reader {
             }
         });
         let body = futures::stream::iter(first.map(Ok)).chain(rest).boxed();
-        Ok(SegmentRead { len, body })
+        Ok(Answer::Bytes(SegmentRead { len, body }))
     }
 
     /// The state of one read of `start..=end` (at most `max_bytes` of it), and its window.
@@ -280,48 +296,6 @@ impl Reader {
             started: std::time::Instant::now(),
         };
         Ok((stream, window))
-    }
-
-    /// The window as cache files for the bridge to read (see [`Handoff`]): the run of its
-    /// chunks, from the first, that are on disk. `None` when the first is not (or the cache is
-    /// in memory): the bytes go over the socket. Prefetching follows as for [`Reader::read`],
-    /// minus reading files into memory, which the bridge does not need.
-    pub async fn handoff(
-        self: &Arc<Self>,
-        seg: &SegmentMetadata,
-        start: u64,
-        end: Option<u64>,
-        max_bytes: Option<u64>,
-    ) -> Result<Option<Handoff>, TierError> {
-        let Some(dir) = self.chunks.cache.dir() else {
-            return Ok(None);
-        };
-        let dir = dir.display().to_string();
-        let (mut stream, window) = self.stream(seg, start, end, max_bytes).await?;
-        stream.promote = false;
-        let mut pieces = Vec::new();
-        let mut len = 0;
-        for piece in window.pieces() {
-            let Some(file) = stream.cached_file(piece.chunk) else {
-                break;
-            };
-            stream.prefetch_after(piece.chunk);
-            let range = piece.within.start as u64..piece.within.end as u64;
-            len += range.end - range.start;
-            pieces.push(handoff_piece(&file, range));
-        }
-        if pieces.is_empty() {
-            return Ok(None);
-        }
-        stats::fetched(len);
-        stats::handed_off(len);
-        Ok(Some(Handoff {
-            dir,
-            block_size: BLOCK,
-            len,
-            partial: len < window.len(),
-            pieces,
-        }))
     }
 
     /// Drops a cache file the bridge found damaged.
@@ -417,6 +391,38 @@ impl SegmentStream {
         stats::fetched(out.len() as u64);
         self.served += out.len() as u64;
         Ok(out)
+    }
+
+    /// The window as cache files for the bridge to read (see [`Handoff`]): the run of its
+    /// chunks, from the first, that are on disk. `None` when the first is not (or the cache is
+    /// in memory): the bytes go over the socket. Prefetching follows as for bytes, minus
+    /// reading files into memory, which the bridge does not need.
+    fn handoff(&mut self, window: &ReadPlan) -> Option<Handoff> {
+        let dir = self.reader.chunks.cache.dir()?.display().to_string();
+        let mut pieces = Vec::new();
+        let mut len = 0;
+        for piece in window.pieces() {
+            let Some(file) = self.cached_file(piece.chunk) else {
+                break;
+            };
+            self.promote = false;
+            self.prefetch_after(piece.chunk);
+            let range = piece.within.start as u64..piece.within.end as u64;
+            len += range.end - range.start;
+            pieces.push(handoff_piece(&file, range));
+        }
+        if pieces.is_empty() {
+            return None;
+        }
+        stats::fetched(len);
+        stats::handed_off(len);
+        Some(Handoff {
+            dir,
+            block_size: BLOCK,
+            len,
+            partial: len < window.len(),
+            pieces,
+        })
     }
 
     /// The chunk's cache file, if it is on disk.
