@@ -5,7 +5,7 @@ builds the release binary and fetches the peer first); see bench/README.md.
 Modes (--only; without it: dump, then restore and tier):
   dump     the floor (kcat into /dev/null), the peer (Kafka Connect standalone with the
            FileStreamSinkConnector) and strata dump --once in text/jsonl/parquet to file://, to
-           LocalStack S3 and to s3s-fs (a faster S3 server, built by ./dev, whose CPU does not hide
+           LocalStack S3 and to s3d (a faster S3 server, built by ./dev, whose CPU does not hide
            strata's), alternating the contenders in every round; median of --runs rounds.
   memory   strata dump --once with default settings on a 4 GiB backlog over 32 partitions
            (peak RSS), with the kcat floor for reference.
@@ -47,8 +47,8 @@ BOOT = os.environ.get("STRATA_TEST_BOOTSTRAP", "127.0.0.1:9092")
 S3_ENDPOINT = os.environ.get("STRATA_TEST_S3_ENDPOINT", "http://127.0.0.1:4566")
 S3_BUCKET = "strata-bench"
 STRATA = Path(os.environ.get("STRATA_BIN", ROOT / "target" / "release" / "strata"))
-S3S_BIN = Path(os.environ.get("STRATA_TEST_S3S_FS", ROOT / ".dev" / "s3s-fs" / "bin" / "s3s-fs"))
-S3S_DATA = STATE / "s3s-data"
+S3D_BIN = Path(os.environ.get("STRATA_TEST_S3D", ROOT / ".dev" / "s3d" / "s3d"))
+S3D_DATA = STATE / "s3d-data"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 GIB = 1 << 30
 MIB = 1 << 20
@@ -109,29 +109,28 @@ def service_pid(name):
 
 
 class FastS3:
-    """s3s-fs on a free loopback port for the bench's whole run, with the key pair strata signs
-    with (s3s answers signed requests with 501 when it has no keys). Objects are plain files
-    under S3S_DATA/<bucket>/."""
+    """s3d on a free loopback port for the bench's whole run, with the key pair strata signs
+    with. Objects are plain files under S3D_DATA/<bucket>/."""
 
     def __init__(self):
-        if not S3S_BIN.exists():
-            die(f"{S3S_BIN} is missing (./dev setup builds s3s-fs)")
-        shutil.rmtree(S3S_DATA, ignore_errors=True)
-        (S3S_DATA / S3_BUCKET).mkdir(parents=True)
+        if not S3D_BIN.exists():
+            die(f"{S3D_BIN} is missing (./dev setup builds s3d)")
+        shutil.rmtree(S3D_DATA, ignore_errors=True)
+        (S3D_DATA / S3_BUCKET).mkdir(parents=True)
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([str(S3S_BIN), "--host", "127.0.0.1", "--port", str(self.port),
-                                      "--access-key", "test", "--secret-key", "test", str(S3S_DATA)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen([str(S3D_BIN), "--host", "127.0.0.1", "--port", str(self.port),
+                                      "--access-key", "test", "--secret-key", "test", str(S3D_DATA)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(100):
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 return
             except OSError:
                 time.sleep(0.1)
-        die("s3s-fs did not start")
+        die("s3d did not start")
 
     def list_and_delete(self, prefix):
-        root = S3S_DATA / S3_BUCKET / prefix
+        root = S3D_DATA / S3_BUCKET / prefix
         files = [p for p in root.rglob("*") if p.is_file() and not bookkeeping(p.relative_to(root).as_posix())] \
             if root.exists() else []
         n, size = len(files), sum(p.stat().st_size for p in files)
@@ -152,7 +151,7 @@ class SideCpu:
 
     def __init__(self):
         self.pids = {"broker": service_pid("kafka"), "localstack": service_pid("localstack"),
-                     "s3s": FAST.proc.pid if FAST else None}
+                     "s3d": FAST.proc.pid if FAST else None}
         self.start = {k: proc_cpu(p) if p else None for k, p in self.pids.items()}
 
     def stop(self):
@@ -325,7 +324,7 @@ class Contender:
 
 FLOOR = Contender("kcat", "kcat -C -e > /dev/null (floor)", "floor")
 PEER = Contender("peer", "Kafka Connect FileStreamSink (peer)", "peer")
-STORE_LABELS = {"file": "file://", "s3": "S3 (LocalStack)", "fast": "S3 (s3s-fs)"}
+STORE_LABELS = {"file": "file://", "s3": "S3 (LocalStack)", "fast": "S3 (s3d)"}
 STRATA_ALL = [Contender(f"{f}-{s}", f"strata {f} -> {STORE_LABELS[s]}", "strata", f, s)
               for s in ("file", "s3", "fast") for f in ("text", "jsonl", "parquet")]
 # CDC tables ([tasks.cdc]): Parquet, one table per source table, repeats left out.
@@ -587,7 +586,7 @@ def summarize(ds, contenders, results):
                 peak_rss_median_mib=round(med("max_rss_kib") / 1024, 1))
             if any(m.get("output_bytes") for m in ok) and c.kind != "floor":
                 row["output_bytes"] = int(med("output_bytes"))
-            for side in ("broker_cpu_s", "localstack_cpu_s", "s3s_cpu_s"):
+            for side in ("broker_cpu_s", "localstack_cpu_s", "s3d_cpu_s"):
                 vals = [m[side] for m in ok if m.get(side) is not None]
                 if vals:
                     row[side] = round(statistics.median(vals), 2)
@@ -660,7 +659,7 @@ def checks_dump(rows):
         fast, disk = by.get(f"{f}-fast"), by.get(f"{f}-file")
         if fast and disk and "wall_s" in fast and "wall_s" in disk and disk["wall_s"]:
             ratio = round(fast["wall_s"] / disk["wall_s"], 2)
-            out.append({"check": f"strata {f}: wall time to s3s-fs at most 1.3x to file://",
+            out.append({"check": f"strata {f}: wall time to s3d at most 1.3x to file://",
                         "value": ratio, "limit": 1.3, "pass": ratio <= 1.3})
     return out
 
@@ -958,10 +957,10 @@ def main():
         if s3:
             notes.append("LocalStack's own CPU for the S3 runs (median, not included above): " +
                          ", ".join(f"{r['format']} {r['localstack_cpu_s']:.1f} s" for r in s3) + ".\n")
-        fast = [r for r in rows if r.get("store") == "fast" and r.get("s3s_cpu_s") is not None]
+        fast = [r for r in rows if r.get("store") == "fast" and r.get("s3d_cpu_s") is not None]
         if fast:
-            notes.append("s3s-fs's own CPU for its runs (median, not included above): " +
-                         ", ".join(f"{r['format']} {r['s3s_cpu_s']:.1f} s" for r in fast) + ".\n")
+            notes.append("s3d's own CPU for its runs (median, not included above): " +
+                         ", ".join(f"{r['format']} {r['s3d_cpu_s']:.1f} s" for r in fast) + ".\n")
         title = ("Memory: default settings, 500 partitions of small records" if many
                  else "Memory: default settings, 4 GiB over 32 partitions" if memory and not a.records
                  else "Memory" if memory else "Dump")

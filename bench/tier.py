@@ -8,7 +8,7 @@ before each cold run:
   local         a topic without remote storage (page cache warm: the floor to compare with)
   warm          strata tier's cache warm, fetches handed off as cache files (tier.handoff on)
   warm-socket   the same, every byte over the Unix socket (tier.handoff = false)
-  cold-s3s      empty cache, chunks from s3s-fs (a fast local S3 server)
+  cold-s3d      empty cache, chunks from s3d (devenv/s3d, a fast local S3 server)
   cold-ls       empty cache, chunks from LocalStack
 The consumer is kcat printing one byte per record (-f '\\n'), so it costs next to nothing.
 Reported per case: MiB/s, the ratio to local, CPU seconds of the consumer, the broker, strata
@@ -17,8 +17,8 @@ the broker's remote-read metrics (RemoteLogReaderFetchRateAndTimeMs, delayed rem
 expirations), read over the JVM's local attach by bench/tier/BrokerMetrics.java.
 
 usage: bench/tier.sh [SIZE_MIB] [--size-mib 512] [--partitions 1 8] [--fetch-mib 1 8 32] [--repeat 3]
-                     [--chunk 4MiB] [--prefetch 8] [--stores s3s localstack] [--out FILE]
-needs: ./dev up (Kafka with tiered storage on, LocalStack), kcat, s3s-fs (./dev setup), port of
+                     [--chunk 4MiB] [--prefetch 8] [--stores s3d localstack] [--out FILE]
+needs: ./dev up (Kafka with tiered storage on, LocalStack), kcat, s3d (./dev setup), port of
        STRATA_TEST_TIER_ADDR free (no other strata tier running).
 """
 import argparse
@@ -73,7 +73,7 @@ class Bench:
         self.bin = Path(os.environ.get("STRATA_BIN", ROOT / "target" / "release" / "strata"))
         self.work = Path(tempfile.mkdtemp(prefix="strata-bench-tier."))
         os.chmod(self.work, 0o700)
-        # Short names: s3s-fs keeps a multipart upload's state in a file named after the
+        # Short names: s3d (s3d's backend) keeps a multipart upload's state in a file named after the
         # base64 of the key, which must fit in 255 bytes.
         self.run_id = f"{int(time.time()) % 1000000:06d}"
         self.prefix = f"bt-{self.run_id}"
@@ -81,22 +81,22 @@ class Bench:
         self.localstack = pid_file("localstack")
         self.tier = None
         self.tier_log = self.work / "tier.log"
-        self.s3s = None
+        self.s3d = None
         self.topics = []
         self.mirrored = set()
         self.gen = 0
 
     # --- services -----------------------------------------------------------------------
-    def start_s3s(self):
-        binary = Path(self.env.get("STRATA_TEST_S3S_FS", ROOT / ".dev" / "s3s-fs" / "bin" / "s3s-fs"))
+    def start_s3d(self):
+        binary = Path(self.env.get("STRATA_TEST_S3D", ROOT / ".dev" / "s3d" / "s3d"))
         if not binary.exists():
-            die(f"{binary} is missing (./dev setup builds s3s-fs)")
-        self.s3s_data = self.work / "s3s"
-        (self.s3s_data / BUCKET).mkdir(parents=True)
+            die(f"{binary} is missing (./dev setup builds s3d)")
+        self.s3d_data = self.work / "s3d"
+        (self.s3d_data / BUCKET).mkdir(parents=True)
         port = free_port()
-        self.s3s_endpoint = f"http://127.0.0.1:{port}"
-        self.s3s = subprocess.Popen([str(binary), "--host", "127.0.0.1", "--port", str(port), "--access-key", "test",
-                                     "--secret-key", "test", str(self.s3s_data)],
+        self.s3d_endpoint = f"http://127.0.0.1:{port}"
+        self.s3d = subprocess.Popen([str(binary), "--host", "127.0.0.1", "--port", str(port), "--access-key", "test",
+                                     "--secret-key", "test", str(self.s3d_data)],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(100):
             try:
@@ -104,13 +104,13 @@ class Bench:
                 return
             except OSError:
                 time.sleep(0.1)
-        die("s3s-fs did not start")
+        die("s3d did not start")
 
     def start_tier(self, store, handoff=True):
         """strata tier on the broker's bridge endpoint, an empty cache, chunks from `store`."""
         self.stop_tier()
         self.gen += 1
-        endpoint = self.s3s_endpoint if store == "s3s" else self.env["STRATA_TEST_S3_ENDPOINT"]
+        endpoint = self.s3d_endpoint if store == "s3d" else self.env["STRATA_TEST_S3_ENDPOINT"]
         self.metrics = f"127.0.0.1:{free_port()}"
         cache = self.cache = self.work / f"cache-{self.gen}"
         total = self.a.size_mib * len(self.a.partitions)
@@ -123,7 +123,7 @@ endpoint = "{endpoint}"
 access_key = "test"
 secret_key = "test"
 region = "us-east-1"
-create_bucket = {"true" if store != "s3s" else "false"}
+create_bucket = {"true" if store != "s3d" else "false"}
 [tier]
 listen = "{self.tier_addr}"
 secret_file = "{self.env['STRATA_TEST_TIER_SECRET']}"
@@ -210,7 +210,7 @@ metrics_listen = "{self.metrics}"
                 f.write(b[i:i + 1023] + b"\n")
         self.bytes = data.stat().st_size
         self.records = self.bytes // 1024
-        self.start_tier("s3s")
+        self.start_tier("s3d")
         seg = self.a.segment_mib * MIB
         for p in self.a.partitions:
             local, tier = f"tl{p}-{self.run_id}", f"tt{p}-{self.run_id}"
@@ -242,7 +242,7 @@ metrics_listen = "{self.metrics}"
         self.stop_tier()
 
     def mirror_to_localstack(self):
-        """The tiered objects, as s3s-fs holds them in files, put into LocalStack too (those not
+        """The tiered objects, as s3d holds them in files, put into LocalStack too (those not
         there yet: the broker tiers the segment of the end markers whenever local retention
         rolls it)."""
         import boto3
@@ -255,7 +255,7 @@ metrics_listen = "{self.metrics}"
         except Exception as e:  # BucketAlreadyExists on some versions
             if "BucketAlready" not in str(e):
                 raise
-        root = self.s3s_data / BUCKET
+        root = self.s3d_data / BUCKET
         files = [p for p in (root / self.prefix).rglob("*") if p.is_file() and p not in self.mirrored]
         if files:
             log(f"copying {len(files)} tiered objects into LocalStack")
@@ -270,7 +270,7 @@ metrics_listen = "{self.metrics}"
                "-X", f"fetch.message.max.bytes={fetch_mib * MIB}",
                "-X", f"fetch.max.bytes={max(52428800, fetch_mib * MIB)}"]
         procs = {"broker": self.broker, "tier": self.tier.pid if self.tier else None,
-                 "s3s": self.s3s.pid if self.s3s else None, "localstack": self.localstack}
+                 "s3d": self.s3d.pid if self.s3d else None, "localstack": self.localstack}
         before = {k: proc_cpu(v) for k, v in procs.items() if v}
         counters = self.tier_counters() if self.tier else None
         t0 = time.monotonic()
@@ -299,10 +299,10 @@ metrics_listen = "{self.metrics}"
         return out
 
     def run(self):
-        self.start_s3s()
+        self.start_s3d()
         self.prepare()
         log("warming up the broker's read paths (JIT, index caches)")
-        self.start_tier("s3s")
+        self.start_tier("s3d")
         for p in self.a.partitions:
             self.consume(f"tl{p}-{self.run_id}", 1, p)
             self.consume(f"tt{p}-{self.run_id}", 1, p)
@@ -311,13 +311,13 @@ metrics_listen = "{self.metrics}"
             local, tier = f"tl{p}-{self.run_id}", f"tt{p}-{self.run_id}"
             for f in self.a.fetch_mib:
                 log(f"{p} partition(s), {f} MiB fetches: {self.a.repeat} rounds")
-                rows = {k: [] for k in ("local", "warm", "warm-socket", "cold-s3s", "cold-ls")}
+                rows = {k: [] for k in ("local", "warm", "warm-socket", "cold-s3d", "cold-ls")}
                 broker = None
                 for r in range(self.a.repeat):
                     self.stop_tier()
                     rows["local"].append(self.consume(local, f, p))
-                    self.start_tier("s3s")
-                    rows["cold-s3s"].append(self.consume(tier, f, p))
+                    self.start_tier("s3d")
+                    rows["cold-s3d"].append(self.consume(tier, f, p))
                     m0 = self.broker_metrics() if r == 0 else None
                     rows["warm"].append(self.consume(tier, f, p))
                     if m0 is not None:
@@ -331,7 +331,7 @@ metrics_listen = "{self.metrics}"
                         s0 = c0 * m0.get("RemoteLogReaderFetchRateAndTimeMs.Mean", 0)
                         s1 = c1 * m1.get("RemoteLogReaderFetchRateAndTimeMs.Mean", 0)
                         broker["read_ms_mean"] = (s1 - s0) / n if n else None
-                    self.start_tier("s3s", handoff=False)
+                    self.start_tier("s3d", handoff=False)
                     self.consume(tier, f, p)  # fills the cache
                     rows["warm-socket"].append(self.consume(tier, f, p))
                     if "localstack" in self.a.stores:
@@ -345,7 +345,7 @@ metrics_listen = "{self.metrics}"
     def report(self):
         med = lambda runs, k: statistics.median(x[k] for x in runs if k in x) if any(k in x for x in runs) else None
         names = {"local": "local disk", "warm": "tiered, warm, cache files handed off",
-                 "warm-socket": "tiered, warm, bytes over the socket", "cold-s3s": "tiered, cold, s3s-fs",
+                 "warm-socket": "tiered, warm, bytes over the socket", "cold-s3d": "tiered, cold, s3d",
                  "cold-ls": "tiered, cold, LocalStack"}
         wmem = Path("/proc/sys/net/core/wmem_max").read_text().strip()
         lines = [f"### Tier: {time.strftime('%Y-%m-%d', time.gmtime())}: {self.a.size_mib} MiB per topic, "
@@ -365,7 +365,7 @@ metrics_listen = "{self.metrics}"
             local = med(rows["local"], "mibs")
             for k, runs in rows.items():
                 mibs = med(runs, "mibs")
-                s3 = med(runs, "s3s_cpu") if k == "cold-s3s" else med(runs, "localstack_cpu") if k == "cold-ls" else None
+                s3 = med(runs, "s3d_cpu") if k == "cold-s3d" else med(runs, "localstack_cpu") if k == "cold-ls" else None
                 tier = med(runs, "tier_cpu")
                 gib = med(runs, "served_gib")
                 per = f"{tier / gib:.2f}" if tier is not None and gib else ""
@@ -380,7 +380,7 @@ metrics_listen = "{self.metrics}"
                              f"remote fetches, {broker.get('RemoteLogReaderFetchRateAndTimeMs.Count', 0):.0f} remote "
                              f"reads averaging {broker.get('read_ms_mean') or 0:.2f} ms, "
                              f"{broker.get('ExpiresPerSec.Count', 0):.0f} delayed remote fetches expired")
-        lines += ["", f"Tiering {self.a.size_mib * len(self.a.partitions)} MiB (to s3s-fs): {self.copy_secs:.0f} s "
+        lines += ["", f"Tiering {self.a.size_mib * len(self.a.partitions)} MiB (to s3d): {self.copy_secs:.0f} s "
                   "after the last produce.", "", "Broker remote-read metrics (warm, handed off, first round):", *notes]
         text = "\n".join(lines) + "\n"
         print(text)
@@ -397,16 +397,16 @@ metrics_listen = "{self.metrics}"
         if self.topics:
             # Deleting a tiered topic makes the broker delete its remote segments: strata tier runs.
             try:
-                self.start_tier("s3s")
+                self.start_tier("s3d")
                 for t in self.topics:
                     self.topic_cmd("--delete", "--topic", t)
                 time.sleep(5)
             except (subprocess.CalledProcessError, SystemExit):
                 pass
             self.stop_tier()
-        if self.s3s:
-            self.s3s.terminate()
-            self.s3s.wait()
+        if self.s3d:
+            self.s3d.terminate()
+            self.s3d.wait()
         shutil.rmtree(self.work, ignore_errors=True)
 
 
@@ -421,7 +421,7 @@ def main():
     ap.add_argument("--segment-mib", type=int, default=64)
     ap.add_argument("--chunk", default="4MiB")
     ap.add_argument("--prefetch", type=int, default=8)
-    ap.add_argument("--stores", nargs="+", default=["s3s", "localstack"], choices=["s3s", "localstack"])
+    ap.add_argument("--stores", nargs="+", default=["s3d", "localstack"], choices=["s3d", "localstack"])
     ap.add_argument("--out", default=os.environ.get("OUT"))
     a = ap.parse_args()
     if a.size:

@@ -407,27 +407,39 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// `strata tier` runs for months and serves chunks that come and go: it hands freed pages back
-/// at once, so its RSS stays near its cache and the chunks in flight (tests/tier.rs checks it).
-/// Called before any other thread exists, so every arena gets the setting.
-fn return_freed_pages_at_once() {
+/// `strata tier` runs for months and serves chunks that come and go at the pace of the traffic.
+/// Its threads share one jemalloc arena whose freed pages go back after 1 s: under load a freed
+/// chunk buffer is reused at once instead of being returned and faulted in again (handing pages
+/// back at once cost over half of its CPU on cold reads, bench/README.md), and with one arena the
+/// pages kept are one working set, not one per thread, so RSS stays near its cache and the
+/// chunks in flight (tests/tier.rs checks it). Called before any other thread exists.
+fn tier_allocator_settings() {
     use tikv_jemalloc_ctl::{Access, AsName};
     for key in [&b"arenas.dirty_decay_ms\0"[..], b"arena.0.dirty_decay_ms\0"] {
-        if let Err(e) = key.name().write(0isize) {
+        if let Err(e) = key.name().write(1000isize) {
             eprintln!("warning: cannot set jemalloc's {:?}: {e}", key.name());
         }
     }
 }
 
+/// Puts the calling thread on arena 0 (see [`tier_allocator_settings`]).
+fn use_the_shared_arena() {
+    use tikv_jemalloc_ctl::{Access, AsName};
+    if let Err(e) = b"thread.arena\0".name().write(0u32) {
+        eprintln!("warning: cannot set jemalloc's thread.arena: {e}");
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Tier { .. }) {
-        return_freed_pages_at_once();
+    let tier = matches!(cli.command, Command::Tier { .. });
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if tier {
+        tier_allocator_settings();
+        use_the_shared_arena();
+        builder.on_thread_start(use_the_shared_arena);
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

@@ -1008,11 +1008,11 @@ async fn a_deleted_bucket_stops_the_dump_with_a_clear_error() {
     );
 }
 
-/// A store that checks signatures (s3s-fs, built by ./dev) starts refusing strata's
+/// A store that checks signatures (s3d, built by ./dev) starts refusing strata's
 /// credentials mid-run: a clear error and a non-zero exit.
 #[tokio::test(flavor = "multi_thread")]
 async fn refused_credentials_stop_the_dump_with_a_clear_error() {
-    let bin = std::env::var("STRATA_TEST_S3S_FS").expect("STRATA_TEST_S3S_FS (./dev test)");
+    let bin = std::env::var("STRATA_TEST_S3D").expect("STRATA_TEST_S3D (./dev test)");
     let topic = unique("denied");
     create_topic(&topic, 1).await;
     let dir = tempfile::tempdir().unwrap();
@@ -1042,7 +1042,7 @@ async fn refused_credentials_stop_the_dump_with_a_clear_error() {
     };
     let mut server = serve("right-secret");
     let endpoint = format!("http://127.0.0.1:{port}");
-    eventually(30, "s3s-fs listening", || async {
+    eventually(30, "s3d listening", || async {
         std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
     })
     .await;

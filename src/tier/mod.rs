@@ -168,17 +168,6 @@ impl Tier {
     }
 }
 
-/// Chunk buffers (MiBs each) come and go at the pace of the traffic, on many threads. glibc
-/// would keep freed ones in per-thread arenas, so RSS would grow well past what is in use;
-/// served from mmap, they go back to the system when freed.
-fn return_big_buffers_to_the_system() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes an allocator tuning value; it is thread safe.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 512 << 10);
-    }
-}
-
 /// The bounds of both listeners (see [`crate::listen`]).
 fn limits() -> crate::listen::Limits {
     crate::listen::Limits::default()
@@ -221,7 +210,6 @@ fn tls_acceptor(tls: &crate::config::TierTls) -> Result<tokio_rustls::TlsAccepto
 /// `stop` is set. Refuses to start without a usable secret, log dirs, TLS files or socket dir.
 pub async fn serve(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), TierError> {
     stats::describe();
-    return_big_buffers_to_the_system();
     let t = &cfg.tier;
     let secret = auth::SharedSecret::load(t.secret_file.as_deref().ok_or(TierError::NoSecret)?)?;
     let tls = t.tls.as_ref().map(tls_acceptor).transpose()?;
