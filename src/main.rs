@@ -412,13 +412,18 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// chunk buffer is reused at once instead of being returned and faulted in again (handing pages
 /// back at once cost over half of its CPU on cold reads, bench/README.md), and with one arena the
 /// pages kept are one working set, not one per thread, so RSS stays near its cache and the
-/// chunks in flight (tests/tier.rs checks it). Called before any other thread exists.
+/// chunks in flight, and goes back there when idle (tests/tier.rs checks both). Called before any
+/// other thread exists.
 fn tier_allocator_settings() {
     use tikv_jemalloc_ctl::{Access, AsName};
     for key in [&b"arenas.dirty_decay_ms\0"[..], b"arena.0.dirty_decay_ms\0"] {
         if let Err(e) = key.name().write(1000isize) {
             eprintln!("warning: cannot set jemalloc's {:?}: {e}", key.name());
         }
+    }
+    // Decay runs on allocator calls; jemalloc's own thread returns the pages of an idle process.
+    if let Err(e) = b"background_thread\0".name().write(true) {
+        eprintln!("warning: cannot start jemalloc's background thread: {e}");
     }
 }
 

@@ -1381,11 +1381,32 @@ async fn api_big_segment_memory_stays_within_a_few_chunks() {
     assert_eq!(crc, want_crc, "served bytes differ");
     let (peak2, _) = memory_of(pid);
     eprintln!("fetch of {} MiB: peak {} MiB", SIZE >> 20, peak2 >> 20);
+    // What this guards against is memory that grows with the segment (256 MiB). strata tier
+    // keeps freed pages for a second for reuse (src/main.rs), so under load (the other tests of
+    // this binary run beside it) the peak holds more chunks than are in use at once.
     assert!(
-        peak2.saturating_sub(before) <= (16 << 20) + 10 * CHUNK,
-        "serving a {} MiB segment raised peak RSS by {} MiB (more than the 16 MiB cache and 10 chunks)",
+        peak2.saturating_sub(before) <= (16 << 20) + 16 * CHUNK,
+        "serving a {} MiB segment raised peak RSS by {} MiB (more than the 16 MiB cache and 16 chunks)",
         SIZE >> 20,
         peak2.saturating_sub(before) >> 20
+    );
+    // Then it hands them back, idle or not: within a few decay periods, RSS is back near the
+    // cache and the chunks it keeps.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let idle = loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let (_, rss) = memory_of(pid);
+        if rss.saturating_sub(before) <= (16 << 20) + 4 * CHUNK
+            || std::time::Instant::now() > deadline
+        {
+            break rss;
+        }
+    };
+    eprintln!("idle after the fetch: RSS {} MiB", idle >> 20);
+    assert!(
+        idle.saturating_sub(before) <= (16 << 20) + 4 * CHUNK,
+        "10 s after serving, RSS is still {} MiB above where it started (more than the 16 MiB cache and 4 chunks): freed pages were not handed back",
+        idle.saturating_sub(before) >> 20
     );
     let r = post(&ep, "/v1/delete", &serde_json::json!({"segment": seg})).await;
     assert_eq!(r.status, 204);
