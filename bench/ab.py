@@ -6,7 +6,7 @@ rounds, so slow drift of a shared machine spreads over all variants instead of h
 topic must exist (bench/run creates it; the default is the 1 GiB data set of `bench/run --only
 dump`) and the services must be up (`./dev up`).
 
-A variant is NAME=BINARY:FORMAT, optionally followed by settings, each after a colon:
+A variant is NAME=BINARY:FORMAT (text, jsonl, parquet, or cdc for CDC tables), optionally followed by settings, each after a colon:
   env.KEY=VALUE        an environment variable of the strata process (e.g. MALLOC_CONF)
   kafka.KEY=VALUE      a librdkafka property, written to [kafka.properties]
 With --s3 ENDPOINT every variant dumps to that S3 server instead of a local directory.
@@ -31,7 +31,7 @@ import uuid
 from pathlib import Path
 
 BOOT = os.environ.get("STRATA_TEST_BOOTSTRAP", "127.0.0.1:9092")
-DEFAULT_TOPIC = "strata-bench-n1048576-s1024-p8-seed42"
+DEFAULT_TOPIC = "strata-bench-g2-n1048576-s1024-p8-seed42"
 
 
 def parse_variant(spec):
@@ -95,7 +95,9 @@ def strata_config(out_dir, topic, fmt, props, s3_endpoint=None):
             + (f"\n[kafka.properties]\n{kafka_props}" if props else "")
             + f'\n[store]\n{store}\n'
             f'[[tasks]]\nname = "ab-{uuid.uuid4().hex[:12]}"\ntopics = ["{topic}"]\n'
-            f'start_offset = "earliest"\nformat = "{fmt}"\ndirectory = "{fmt}"\n')
+            f'start_offset = "earliest"\ndirectory = "{fmt}"\n'
+            # "cdc": CDC tables, which are Parquet files ([tasks.cdc] with its defaults).
+            + ('format = "parquet"\n\n[tasks.cdc]\n' if fmt == "cdc" else f'format = "{fmt}"\n'))
 
 
 def main():

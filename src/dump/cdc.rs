@@ -144,10 +144,12 @@ impl Bundle {
         };
         // Decided before anything of the message is taken (the window included), so that
         // where a bundle ends depends on the records alone.
+        let levels: Vec<String> = parsed.changes.iter().map(table_level).collect();
         if parsed
             .changes
             .iter()
-            .any(|c| self.tables.get(&table_level(c)).is_some_and(|t| !t.fits(c)))
+            .zip(&levels)
+            .any(|(c, level)| self.tables.get(level).is_some_and(|t| !t.fits(c)))
         {
             return Ok(Pushed::Widens);
         }
@@ -161,12 +163,11 @@ impl Bundle {
             timestamp: r.timestamp,
             key: r.key.map(bytes::Bytes::copy_from_slice),
         };
-        for c in parsed.changes {
+        for (c, level) in parsed.changes.into_iter().zip(levels) {
             if c.global_id.as_deref().is_some_and(|id| window.check(id)) {
                 repeated += 1;
                 continue;
             }
-            let level = table_level(&c);
             let types = opts.types.get(&level);
             if let Some(types) = types {
                 plain &= [&c.new_values, &c.old_values]

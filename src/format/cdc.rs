@@ -459,8 +459,9 @@ fn decimal(s: &str, precision: u8, scale: u8) -> Option<i128> {
 #[derive(Debug, Clone, Default)]
 pub struct RepeatWindow {
     capacity: usize,
-    order: VecDeque<String>,
-    ids: HashSet<String>,
+    /// One allocation per id, shared by the order and the set.
+    order: VecDeque<std::sync::Arc<str>>,
+    ids: HashSet<std::sync::Arc<str>>,
 }
 
 impl RepeatWindow {
@@ -493,14 +494,15 @@ impl RepeatWindow {
                 self.ids.remove(&old);
             }
         }
-        self.order.push_back(id.to_string());
-        self.ids.insert(id.to_string());
+        let id: std::sync::Arc<str> = id.into();
+        self.order.push_back(id.clone());
+        self.ids.insert(id);
         false
     }
 
     /// The ids, oldest first, for storing.
     pub fn state(&self) -> impl Iterator<Item = &str> {
-        self.order.iter().map(String::as_str)
+        self.order.iter().map(|id| &**id)
     }
 
     pub fn len(&self) -> usize {
@@ -511,9 +513,9 @@ impl RepeatWindow {
         self.order.is_empty()
     }
 
-    /// Bytes the window holds (ids twice, plus per-entry overhead), for the memory report.
+    /// Bytes the window holds (each id once, its counts and the two entries), for the memory report.
     pub fn bytes(&self) -> usize {
-        self.order.iter().map(|s| 2 * s.len() + 64).sum()
+        self.order.iter().map(|s| s.len() + 80).sum()
     }
 }
 

@@ -405,19 +405,39 @@ impl TableBuilder {
 /// its `TIME` and timestamp columns were read in (restore renders them back in it).
 pub const CDC_META: &str = "strata.cdc.time_zone";
 
-/// A table file's writer settings: the task's codec, marked as CDC (with its time zone),
-/// page statistics on (analysts filter on these columns).
+/// Columns whose values are (nearly) all different: a dictionary would only be hashed and
+/// then dropped once it outgrows its page.
+const UNIQUE: [&str; 9] = [
+    "offset",
+    "kafka_timestamp",
+    "time",
+    "time_raw",
+    "global_id",
+    "logical_clock",
+    "logical_clock_raw",
+    "kafka_key",
+    "source_offset",
+];
+
+/// A table file's writer settings: the task's codec, marked as CDC (with its time zone), page
+/// statistics on (analysts filter on these columns), dictionaries on the columns that repeat,
+/// and the plain encoder's page size.
 fn properties(
     compression: super::Compression,
     tz: Tz,
 ) -> Result<parquet::file::properties::WriterProperties, super::EncodeError> {
-    Ok(parquet::file::properties::WriterProperties::builder()
+    let mut b = parquet::file::properties::WriterProperties::builder()
         .set_compression(super::parquet::codec(compression)?)
+        .set_data_page_size_limit(super::parquet::PAGE_BYTES)
+        .set_write_batch_size(super::parquet::WRITE_BATCH_ROWS)
         .set_key_value_metadata(Some(vec![parquet::file::metadata::KeyValue::new(
             CDC_META.to_string(),
             tz.name().to_string(),
-        )]))
-        .build())
+        )]));
+    for col in UNIQUE {
+        b = b.set_column_dictionary_enabled(parquet::schema::types::ColumnPath::from(col), false);
+    }
+    Ok(b.build())
 }
 
 /// A change read back from a table file, with the message it belongs to.
@@ -738,6 +758,38 @@ mod tests {
         assert_eq!(old_id.null_count(), 1, "the insert has no old values");
         let kind = b.column_by_name("type").unwrap().as_string::<i32>();
         assert_eq!((kind.value(0), kind.value(1)), ("I", "U"));
+    }
+
+    #[test]
+    fn dictionaries_only_on_the_columns_that_repeat() {
+        let mut s = TableBuilder::new(BTreeMap::new(), Tz::UTC, super::super::Compression::Snappy);
+        for i in 0..100 {
+            let msg = format!(
+                r#"[{{"TIME":"20240101000000","GLOBAL_ID":"g{i}","DATABASE":"shop","TABLE":"orders","TYPE":"I","LOGICAL_CLOCK":"{i}","NEW_VALUES":{{"id":"{i}"}}}}]"#
+            );
+            for (p, c) in rows(&msg, i) {
+                s.append(&p, &c).unwrap();
+            }
+        }
+        use parquet::file::reader::FileReader;
+        let file = bytes::Bytes::from(s.finish().unwrap());
+        let reader = parquet::file::reader::SerializedFileReader::new(file).unwrap();
+        let group = reader.metadata().row_group(0);
+        let dictionary = |name: &str| {
+            group
+                .columns()
+                .iter()
+                .find(|c| c.column_path().string() == name)
+                .unwrap_or_else(|| panic!("no column {name}"))
+                .dictionary_page_offset()
+                .is_some()
+        };
+        for col in UNIQUE {
+            assert!(!dictionary(col), "{col} has a dictionary");
+        }
+        for col in ["topic", "table", "type", "database", "new_id"] {
+            assert!(dictionary(col), "{col} has no dictionary");
+        }
     }
 
     #[test]

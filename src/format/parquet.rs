@@ -33,8 +33,8 @@ const BATCH_ROWS: usize = 16 * 1024;
 /// Data pages close at about this size (the writer checks every [`WRITE_BATCH_ROWS`] rows): a
 /// page, its compressed copy and the compressor's table then stay in the CPU cache, which
 /// measured faster than the 1 MiB default (bench/README.md).
-const PAGE_BYTES: usize = 256 << 10;
-const WRITE_BATCH_ROWS: usize = 256;
+pub(super) const PAGE_BYTES: usize = 256 << 10;
+pub(super) const WRITE_BATCH_ROWS: usize = 256;
 /// The writer closes a row group at this estimated size; keeps memory per file bounded.
 const ROW_GROUP_BYTES: usize = 32 << 20;
 
