@@ -6,7 +6,8 @@ rounds, so slow drift of a shared machine spreads over all variants instead of h
 topic must exist (bench/run creates it; the default is the 1 GiB data set of `bench/run --only
 dump`) and the services must be up (`./dev up`).
 
-A variant is NAME=BINARY:FORMAT (text, jsonl, parquet, or cdc for CDC tables), optionally followed by settings, each after a colon:
+A variant is NAME=BINARY:FORMAT (text, jsonl, parquet, or cdc for CDC tables), optionally
+followed by settings, each after a colon:
   env.KEY=VALUE        an environment variable of the strata process (e.g. MALLOC_CONF)
   kafka.KEY=VALUE      a librdkafka property, written to [kafka.properties]
 With --s3 ENDPOINT every variant dumps to that S3 server instead of a local directory.

@@ -1392,19 +1392,18 @@ async fn api_big_segment_memory_stays_within_a_few_chunks() {
     );
     // Then it hands them back, idle or not: within a few decay periods, RSS is back near the
     // cache and the chunks it keeps.
+    let idle_bound = (16 << 20) + 4 * CHUNK;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let idle = loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let (_, rss) = memory_of(pid);
-        if rss.saturating_sub(before) <= (16 << 20) + 4 * CHUNK
-            || std::time::Instant::now() > deadline
-        {
+        if rss.saturating_sub(before) <= idle_bound || std::time::Instant::now() > deadline {
             break rss;
         }
     };
     eprintln!("idle after the fetch: RSS {} MiB", idle >> 20);
     assert!(
-        idle.saturating_sub(before) <= (16 << 20) + 4 * CHUNK,
+        idle.saturating_sub(before) <= idle_bound,
         "10 s after serving, RSS is still {} MiB above where it started (more than the 16 MiB cache and 4 chunks): freed pages were not handed back",
         idle.saturating_sub(before) >> 20
     );

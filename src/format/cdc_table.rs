@@ -426,14 +426,9 @@ fn properties(
     compression: super::Compression,
     tz: Tz,
 ) -> Result<parquet::file::properties::WriterProperties, super::EncodeError> {
-    let mut b = parquet::file::properties::WriterProperties::builder()
-        .set_compression(super::parquet::codec(compression)?)
-        .set_data_page_size_limit(super::parquet::PAGE_BYTES)
-        .set_write_batch_size(super::parquet::WRITE_BATCH_ROWS)
-        .set_key_value_metadata(Some(vec![parquet::file::metadata::KeyValue::new(
-            CDC_META.to_string(),
-            tz.name().to_string(),
-        )]));
+    let mut b = super::parquet::writer_basics(compression)?.set_key_value_metadata(Some(vec![
+        parquet::file::metadata::KeyValue::new(CDC_META.to_string(), tz.name().to_string()),
+    ]));
     for col in UNIQUE {
         b = b.set_column_dictionary_enabled(parquet::schema::types::ColumnPath::from(col), false);
     }

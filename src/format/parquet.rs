@@ -33,8 +33,8 @@ const BATCH_ROWS: usize = 16 * 1024;
 /// Data pages close at about this size (the writer checks every [`WRITE_BATCH_ROWS`] rows): a
 /// page, its compressed copy and the compressor's table then stay in the CPU cache, which
 /// measured faster than the 1 MiB default (bench/README.md).
-pub(super) const PAGE_BYTES: usize = 256 << 10;
-pub(super) const WRITE_BATCH_ROWS: usize = 256;
+const PAGE_BYTES: usize = 256 << 10;
+const WRITE_BATCH_ROWS: usize = 256;
 /// The writer closes a row group at this estimated size; keeps memory per file bounded.
 const ROW_GROUP_BYTES: usize = 32 << 20;
 
@@ -77,7 +77,7 @@ pub fn schema() -> SchemaRef {
 }
 
 /// The Parquet codec of a task's compression.
-pub(super) fn codec(c: Compression) -> Result<Codec, EncodeError> {
+fn codec(c: Compression) -> Result<Codec, EncodeError> {
     Ok(match c {
         // Level 1: most of level 3's ratio on record payloads at a fraction of the CPU.
         Compression::Zstd => Codec::ZSTD(ZstdLevel::try_new(1)?),
@@ -86,18 +86,24 @@ pub(super) fn codec(c: Compression) -> Result<Codec, EncodeError> {
     })
 }
 
+/// What every Parquet file strata writes shares: the task's codec and the page size above.
+pub(super) fn writer_basics(
+    c: Compression,
+) -> Result<parquet::file::properties::WriterPropertiesBuilder, EncodeError> {
+    Ok(WriterProperties::builder()
+        .set_compression(codec(c)?)
+        .set_data_page_size_limit(PAGE_BYTES)
+        .set_write_batch_size(WRITE_BATCH_ROWS))
+}
+
 fn properties(c: Compression) -> Result<WriterProperties, EncodeError> {
-    let codec = codec(c)?;
     // Dictionaries and page statistics pay off only on the small repetitive columns; on key
     // and value bytes they cost CPU and buy nothing.
-    let mut b = WriterProperties::builder()
-        .set_compression(codec)
+    let mut b = writer_basics(c)?
         .set_dictionary_enabled(false)
         .set_statistics_enabled(EnabledStatistics::None)
         .set_max_row_group_row_count(Some(1 << 20))
-        .set_max_row_group_bytes(Some(ROW_GROUP_BYTES))
-        .set_data_page_size_limit(PAGE_BYTES)
-        .set_write_batch_size(WRITE_BATCH_ROWS);
+        .set_max_row_group_bytes(Some(ROW_GROUP_BYTES));
     for col in ["topic", "timestamp_type", "headers.list.element.key"] {
         b = b.set_column_dictionary_enabled(ColumnPath::from(col), true);
     }
