@@ -44,8 +44,24 @@ impl Admin {
 
     /// The error of a failed call: the cluster's refusal when there was one, else unreachable.
     fn unreachable(&self, e: impl std::fmt::Display) -> KafkaError {
-        let _ = self.meta.poll(Duration::ZERO);
+        self.serve_events();
         self.watch.failure(&self.kafka, e)
+    }
+
+    /// Serves the metadata client's queued events for up to 100 ms, so that [`Watch`] sees the
+    /// refusals librdkafka reports there. A zero-timeout poll serves one event only, and each
+    /// failed connection queues log lines beside its error: one event per step fell behind and
+    /// a refused handshake could read as an unreachable cluster after [`ADMIN_TIMEOUT`]. (The
+    /// admin client's own queue is never served by rdkafka; this client sees the same errors.)
+    fn serve_events(&self) {
+        let until = Instant::now() + Duration::from_millis(100);
+        while self.watch.refusal().is_none() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            let _ = self.meta.poll(left);
+        }
     }
 
     /// Cluster metadata (one topic's, or all), asked in 1 s steps for the first 5 s (when
@@ -61,8 +77,7 @@ impl Admin {
             if started.elapsed() >= Duration::from_secs(5) {
                 next = (next * 2).min(Duration::from_secs(8));
             }
-            // Serves the error callbacks, where librdkafka reports refusals.
-            let _ = self.meta.poll(Duration::ZERO);
+            self.serve_events();
             match self.meta.fetch_metadata(topic, step) {
                 Ok(md) => return Ok(md),
                 Err(e) if self.watch.refusal().is_some() || Instant::now() >= deadline => {
