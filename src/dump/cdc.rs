@@ -8,8 +8,11 @@
 use crate::config::{CdcOptions, OnMalformed};
 use crate::format::cdc::{self, ColumnType, RepeatWindow};
 use crate::format::cdc_table::{Position, TableBuilder};
-use crate::format::{Compression, EncodeError, Encoder, FormatKind, FormatSpec, RecordView};
+use crate::format::{
+    Compression, EncodeError, Encoder, FormatKind, FormatSpec, Pieces, RecordView,
+};
 use crate::layout::{DumpDir, ObjectName};
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -55,15 +58,15 @@ pub struct MalformedAt {
 pub struct Bundle {
     pub first_offset: i64,
     tables: BTreeMap<String, TableBuilder>,
-    sides: BTreeMap<&'static str, Encoder<Vec<u8>>>,
+    sides: BTreeMap<&'static str, Encoder<Pieces>>,
     /// Memory the bundle holds, roughly (rows and their text, side encoders).
     pub bytes: usize,
     pub counts: Counts,
 }
 
-/// A finished bundle: its files (key, bytes), in key order.
+/// A finished bundle: its files (key, bytes in pieces), in key order.
 pub struct Files {
-    pub files: Vec<(String, Vec<u8>)>,
+    pub files: Vec<(String, Vec<Bytes>)>,
     pub counts: Counts,
 }
 
@@ -105,9 +108,11 @@ impl Bundle {
     ) -> Result<(), EncodeError> {
         let e = match self.sides.entry(side) {
             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::btree_map::Entry::Vacant(v) => {
-                v.insert(Encoder::in_memory(&side_spec(compression), topic)?)
-            }
+            std::collections::btree_map::Entry::Vacant(v) => v.insert(Encoder::new(
+                &side_spec(compression),
+                topic,
+                Pieces::default(),
+            )?),
         };
         e.append(r)
     }
@@ -235,10 +240,10 @@ impl Bundle {
         let key = |level: &str| format!("{}{level}/{time_dir}/{name}", dir.prefix());
         let mut files = Vec::new();
         for (level, t) in self.tables {
-            files.push((key(&level), t.finish()?));
+            files.push((key(&level), t.finish()?.into_pieces()));
         }
         for (side, e) in self.sides {
-            files.push((key(side), e.finish()?.out));
+            files.push((key(side), e.finish()?.out.into_pieces()));
         }
         files.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(Files {
@@ -368,21 +373,15 @@ mod tests {
             ]
         );
         let orders =
-            crate::format::cdc_table::decode(bytes::Bytes::from(f.files[3].1.clone()), 1 << 30)
-                .unwrap();
+            crate::format::cdc_table::decode(f.files[3].1.concat().into(), 1 << 30).unwrap();
         let ids: Vec<_> = orders
             .iter()
             .map(|r| r.change.global_id.clone().unwrap())
             .collect();
         assert_eq!(ids, ["g1", "g3", "g4"]);
         let spec = side_spec(Compression::Snappy);
-        let repeats = crate::format::decode(
-            &spec,
-            "cdc",
-            bytes::Bytes::from(f.files[1].1.clone()),
-            1 << 30,
-        )
-        .unwrap();
+        let repeats =
+            crate::format::decode(&spec, "cdc", f.files[1].1.concat().into(), 1 << 30).unwrap();
         assert_eq!(repeats.len(), 1);
         assert_eq!(repeats[0].offset, Some(41));
         assert_eq!(repeats[0].value.as_deref(), Some(msgs[1].as_bytes()));
@@ -453,9 +452,7 @@ mod tests {
         // The first bundle's file holds all its rows.
         let dir = DumpDir::parse("d").unwrap();
         let f = b.finish(&dir, "2024", "cdc", 3).unwrap();
-        let rows =
-            crate::format::cdc_table::decode(bytes::Bytes::from(f.files[0].1.clone()), 1 << 30)
-                .unwrap();
+        let rows = crate::format::cdc_table::decode(f.files[0].1.concat().into(), 1 << 30).unwrap();
         assert_eq!(rows.len(), i);
         assert_eq!(
             rows[0].change.new_values.as_ref().unwrap()["name"].as_deref(),

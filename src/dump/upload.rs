@@ -191,16 +191,13 @@ async fn upload_object(
             }
             ToObject::Bundle(out, permit) => {
                 let mut uploads = Vec::with_capacity(out.files.len());
-                for (file, data) in out.files {
+                for (file, pieces) in out.files {
                     let mut u = match store.put_multipart(&file).await {
                         Ok(u) => u,
                         Err(e) => return Outcome::Failed(e),
                     };
                     // In pieces, as parts of a record object go (see `store::WRITE_PIECE`).
-                    let data = Bytes::from(data);
-                    let step = crate::store::WRITE_PIECE;
-                    for at in (0..data.len()).step_by(step) {
-                        let piece = data.slice(at..(at + step).min(data.len()));
+                    for piece in pieces {
                         if let Err(e) = u.write(piece).await {
                             return Outcome::Failed(e);
                         }

@@ -78,7 +78,7 @@ pub(super) struct WindowRequest {
 
 /// A finished CDC bundle: every file, and the repeat window after it.
 pub(super) struct BundleOut {
-    pub files: Vec<(String, Vec<u8>)>,
+    pub files: Vec<(String, Vec<Bytes>)>,
     pub window: (String, Vec<u8>),
 }
 
@@ -573,7 +573,7 @@ impl PartitionWriter {
                 self.tp.partition,
             )
             .map_err(|e| encode_error(task, key, e))?;
-        let bytes: usize = done.files.iter().map(|(_, b)| b.len()).sum();
+        let bytes: usize = done.files.iter().flat_map(|(_, b)| b).map(Bytes::len).sum();
         let state_key = super::cdc::window_key(
             &task.directory,
             &tp_topic,

@@ -6,7 +6,7 @@
 use chrono::{NaiveDate, NaiveDateTime, TimeZone};
 use chrono_tz::Tz;
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{HashSet, VecDeque};
 use std::fmt;
 
 /// Why a message is not CDC (it goes to `_errors/` or fails the task, as configured).
@@ -44,8 +44,54 @@ impl ChangeType {
     }
 }
 
-/// Column name to value (`None`: JSON null), as the source sent them.
-pub type Values<'a> = BTreeMap<Cow<'a, str>, Option<Cow<'a, str>>>;
+/// Column name to value (`None`: JSON null), in the order the source sent them: a vector, not
+/// a map, since every message is parsed and each table keeps its columns' order between rows
+/// (`cdc_table`). Equality ignores the order; a name sent twice is kept twice here and its
+/// last value counts, as JSON readers take it.
+#[derive(Debug, Clone, Default, Eq)]
+pub struct Values<'a>(pub Vec<(Cow<'a, str>, Option<Cow<'a, str>>)>);
+
+impl<'a> Values<'a> {
+    pub fn iter(&self) -> impl Iterator<Item = (&Cow<'a, str>, &Option<Cow<'a, str>>)> {
+        self.0.iter().map(|(k, v)| (k, v))
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &Cow<'a, str>> {
+        self.0.iter().map(|(k, _)| k)
+    }
+
+    /// A column's value (its last, when sent twice).
+    pub fn get(&self, column: &str) -> Option<&Option<Cow<'a, str>>> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == column)
+            .map(|(_, v)| v)
+    }
+
+    pub fn push(&mut self, column: Cow<'a, str>, value: Option<Cow<'a, str>>) {
+        self.0.push((column, value));
+    }
+}
+
+impl PartialEq for Values<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        let names: HashSet<&str> = self.keys().map(|k| k.as_ref()).collect();
+        let theirs: HashSet<&str> = other.keys().map(|k| k.as_ref()).collect();
+        names == theirs && names.iter().all(|k| self.get(k) == other.get(k))
+    }
+}
+
+impl<'a> std::ops::Index<&str> for Values<'a> {
+    type Output = Option<Cow<'a, str>>;
+
+    fn index(&self, column: &str) -> &Self::Output {
+        match self.get(column) {
+            Some(v) => v,
+            None => panic!("no column {column:?} in these values"),
+        }
+    }
+}
 
 /// One row change of a message. Column values are kept as the source's text (`None`: JSON
 /// null); a number or nested value the source sent unquoted is kept as its JSON text. Text

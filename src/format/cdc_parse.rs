@@ -5,7 +5,6 @@
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::fmt;
 
 /// The scalar `visit_*` methods of a visitor whose value is not a scalar: each gives `$none`.
@@ -187,16 +186,16 @@ impl<'de> Visitor<'de> for ValuesVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Values<'de>, A::Error> {
-        let mut out = BTreeMap::new();
+        let mut out = Vec::with_capacity(map.size_hint().unwrap_or(16));
         let mut plain = true;
         while let Some(Text(k)) = map.next_key::<Text<'de>>()? {
             let c: Cell<'de> = map.next_value()?;
             // A ',' would not survive the null_columns list.
             plain &= c.string_or_null && !k.contains(',');
-            out.insert(k, c.text);
+            out.push((k, c.text));
         }
         Ok(Values {
-            map: Some(out),
+            map: Some(super::cdc::Values(out)),
             plain,
         })
     }

@@ -4,7 +4,7 @@
 //! merge across files), in the declared types, with `errors` naming every value that did not
 //! convert; written as Parquet marked as CDC, and read back into changes for restore.
 
-use super::cdc::{convert, Change, ColumnType, Typed};
+use super::cdc::{convert, Change, ColumnType, Typed, Values};
 use arrow_array::builder::{
     ArrayBuilder, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder,
     Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
@@ -14,7 +14,7 @@ use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{ArrowError, DataType, Field, Schema, TimeUnit};
 use chrono_tz::Tz;
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 /// Where a change came from in Kafka.
@@ -124,6 +124,106 @@ impl Column {
     }
 }
 
+/// One side's value columns (`new_<col>` or `old_<col>`), in the order first seen. A source
+/// sends a table's columns in the same order every time, so each value is looked for first
+/// where the previous row had it: one string compare instead of a map lookup.
+struct Side {
+    prefix: &'static str,
+    names: Vec<String>,
+    types: Vec<ColumnType>,
+    columns: Vec<Column>,
+    by_name: HashMap<String, usize>,
+    /// The columns of the previous row's values, in their order.
+    last: Vec<usize>,
+    /// Per column, the row (by [`Self::seq`]) that last set it and at which place of its
+    /// values: finds a name sent twice, whose last value counts.
+    set: Vec<(u64, usize)>,
+    /// Rows placed so far.
+    seq: u64,
+    /// This row's columns, in its values' order (`usize::MAX`: an earlier value of a name
+    /// sent twice).
+    row: Vec<usize>,
+}
+
+impl Side {
+    fn new(prefix: &'static str) -> Self {
+        Self {
+            prefix,
+            names: Vec::new(),
+            types: Vec::new(),
+            columns: Vec::new(),
+            by_name: HashMap::new(),
+            last: Vec::new(),
+            set: Vec::new(),
+            seq: 0,
+            row: Vec::new(),
+        }
+    }
+
+    /// The column of the `k`th value of a row, if the side has it.
+    fn find(&self, k: usize, name: &str) -> Option<usize> {
+        match self.last.get(k) {
+            Some(&i) if self.names.get(i).is_some_and(|n| n == name) => Some(i),
+            _ => self.by_name.get(name).copied(),
+        }
+    }
+
+    /// Works out `values`' columns into `self.row` (adding new ones, null for the `rows`
+    /// pending before).
+    fn place(
+        &mut self,
+        values: &Values<'_>,
+        rows: usize,
+        types: &BTreeMap<String, ColumnType>,
+    ) -> Result<(), ArrowError> {
+        self.row.clear();
+        self.seq += 1;
+        for (k, (name, _)) in values.0.iter().enumerate() {
+            let i = match self.find(k, name) {
+                Some(i) => i,
+                None => {
+                    let ty = types
+                        .get(name.as_ref())
+                        .copied()
+                        .unwrap_or(ColumnType::String);
+                    let mut fresh = Column::new(ty)?;
+                    fresh.append_nulls(rows);
+                    self.names.push(name.to_string());
+                    self.types.push(ty);
+                    self.columns.push(fresh);
+                    self.set.push((0, 0));
+                    self.by_name
+                        .insert(name.to_string(), self.columns.len() - 1);
+                    self.columns.len() - 1
+                }
+            };
+            let (seq, at) = self.set[i];
+            if seq == self.seq {
+                self.row[at] = usize::MAX;
+            }
+            self.set[i] = (self.seq, k);
+            self.row.push(i);
+        }
+        self.last.clone_from(&self.row);
+        Ok(())
+    }
+
+    /// Whether every name of `values` has its column already.
+    fn has_all(&self, values: &Values<'_>) -> bool {
+        values
+            .keys()
+            .enumerate()
+            .all(|(k, name)| self.find(k, name).is_some())
+    }
+
+    /// The columns in name order (the file's column order).
+    fn sorted(&self) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.names.len()).collect();
+        order.sort_by(|a, b| self.names[*a].cmp(&self.names[*b]));
+        order
+    }
+}
+
 /// The rows of one table file, built as changes arrive: the metadata columns, then a column
 /// per source column and side (`new_<col>`, `old_<col>`, added when first seen and null for
 /// the rows before), then `errors` and `null_columns`.
@@ -142,15 +242,18 @@ pub struct TableBuilder {
     logical_clock: Int64Builder,
     kafka_key: BinaryBuilder,
     source_offset: StringBuilder,
-    new: BTreeMap<String, Column>,
-    old: BTreeMap<String, Column>,
+    new: Side,
+    old: Side,
     errors: StringBuilder,
     nulls: StringBuilder,
+    /// The row being added's `errors` and `null_columns` text (kept to reuse their buffers).
+    problems: String,
+    null_names: String,
     /// Bytes appended since the last flush, roughly (for the memory the open bundle holds).
     bytes: usize,
     compression: super::Compression,
     /// Rows flushed so far go here; its schema is fixed from the first flush on.
-    writer: Option<parquet::arrow::ArrowWriter<Vec<u8>>>,
+    writer: Option<parquet::arrow::ArrowWriter<super::Pieces>>,
 }
 
 /// Rows gather in the builders until this many (or [`FLUSH_BYTES`]), then go to the file's
@@ -208,16 +311,14 @@ impl TableBuilder {
             logical_clock: Int64Builder::new(),
             kafka_key: BinaryBuilder::new(),
             source_offset: StringBuilder::new(),
-            new: BTreeMap::new(),
-            old: BTreeMap::new(),
+            new: Side::new("new"),
+            old: Side::new("old"),
             errors: StringBuilder::new(),
             nulls: StringBuilder::new(),
+            problems: String::new(),
+            null_names: String::new(),
             bytes: 0,
         }
-    }
-
-    fn column_type(&self, col: &str) -> ColumnType {
-        self.types.get(col).copied().unwrap_or(ColumnType::String)
     }
 
     /// Whether `c` adds no column once the file's columns are fixed (its first rows were
@@ -226,22 +327,16 @@ impl TableBuilder {
         self.writer.is_none()
             || [(&c.new_values, &self.new), (&c.old_values, &self.old)]
                 .into_iter()
-                .all(|(values, cols)| {
-                    values
-                        .iter()
-                        .flat_map(|m| m.keys())
-                        .all(|k| cols.contains_key(k.as_ref()))
-                })
+                .all(|(values, side)| values.as_ref().is_none_or(|v| side.has_all(v)))
     }
 
     /// Memory held: pending rows, the writer's open row group and the file written so far.
     pub fn memory_bytes(&self) -> usize {
         self.bytes
             + self.rows * 96
-            + self
-                .writer
-                .as_ref()
-                .map_or(0, |w| w.memory_size() + w.inner().capacity())
+            + self.writer.as_ref().map_or(0, |w| {
+                w.memory_size() + super::Output::memory_bytes(w.inner())
+            })
     }
 
     /// Adds one change as a row (the caller checked [`Self::fits`]).
@@ -271,52 +366,60 @@ impl TableBuilder {
         self.source_offset.append_option(c.offset_json.as_deref());
         self.bytes +=
             p.key.as_ref().map_or(0, |k| k.len()) + c.offset_json.as_ref().map_or(0, |o| o.len());
-        let mut errors: Vec<String> = Vec::new();
-        let mut nulls: Vec<String> = Vec::new();
+        self.problems.clear();
+        self.null_names.clear();
         let (rows, tz) = (self.rows, self.tz);
-        for (side, values) in [("new", &c.new_values), ("old", &c.old_values)] {
+        for (side, values) in [
+            (&mut self.new, &c.new_values),
+            (&mut self.old, &c.old_values),
+        ] {
             let Some(values) = values else {
                 continue;
             };
-            for (col, v) in values {
-                let ty = self.column_type(col);
-                let cols = if side == "new" {
-                    &mut self.new
-                } else {
-                    &mut self.old
-                };
-                let column = match cols.get_mut(col.as_ref()) {
-                    Some(c) => c,
-                    None => {
-                        let mut fresh = Column::new(ty)?;
-                        fresh.append_nulls(rows);
-                        cols.entry(col.to_string()).or_insert(fresh)
-                    }
-                };
+            side.place(values, rows, &self.types)?;
+            for (&i, (col, v)) in side.row.iter().zip(&values.0) {
+                if i == usize::MAX {
+                    continue;
+                }
+                let column = &mut side.columns[i];
                 match v {
                     None => {
                         column.append_nulls(1);
-                        nulls.push(format!("{side}_{col}"));
+                        if !self.null_names.is_empty() {
+                            self.null_names.push(',');
+                        }
+                        self.null_names.push_str(side.prefix);
+                        self.null_names.push('_');
+                        self.null_names.push_str(col);
                     }
                     Some(raw) => {
                         self.bytes += raw.len();
-                        if let Err(why) = column.append(raw, ty, tz) {
-                            errors.push(format!("{side}_{col}: {why}"));
+                        if let Err(why) = column.append(raw, side.types[i], tz) {
+                            if !self.problems.is_empty() {
+                                self.problems.push_str("; ");
+                            }
+                            let p = side.prefix;
+                            self.problems.push_str(&format!("{p}_{col}: {why}"));
                         }
                     }
                 }
             }
         }
         self.rows += 1;
-        for column in self.new.values_mut().chain(self.old.values_mut()) {
+        for column in self
+            .new
+            .columns
+            .iter_mut()
+            .chain(self.old.columns.iter_mut())
+        {
             if column.len() < self.rows {
                 column.append_nulls(1);
             }
         }
         self.errors
-            .append_option((!errors.is_empty()).then(|| errors.join("; ")));
+            .append_option((!self.problems.is_empty()).then_some(self.problems.as_str()));
         self.nulls
-            .append_option((!nulls.is_empty()).then(|| nulls.join(",")));
+            .append_option((!self.null_names.is_empty()).then_some(self.null_names.as_str()));
         if self.rows >= FLUSH_ROWS || self.bytes >= FLUSH_BYTES {
             self.flush()?;
         }
@@ -331,7 +434,7 @@ impl TableBuilder {
         let w = match &mut self.writer {
             Some(w) => w,
             None => self.writer.insert(parquet::arrow::ArrowWriter::try_new(
-                Vec::new(),
+                super::Pieces::default(),
                 batch.schema(),
                 Some(properties(self.compression, self.tz)?),
             )?),
@@ -341,13 +444,13 @@ impl TableBuilder {
     }
 
     /// The finished Parquet file.
-    pub fn finish(mut self) -> Result<Vec<u8>, super::EncodeError> {
+    pub fn finish(mut self) -> Result<super::Pieces, super::EncodeError> {
         if self.rows > 0 || self.writer.is_none() {
             self.flush()?;
         }
         match self.writer.take() {
             Some(w) => Ok(w.into_inner()?),
-            None => Ok(Vec::new()),
+            None => Ok(super::Pieces::default()),
         }
     }
 
@@ -386,11 +489,11 @@ impl TableBuilder {
         cols.push(Arc::new(self.kafka_key.finish()));
         fields.push(Field::new("source_offset", DataType::Utf8, true));
         cols.push(Arc::new(self.source_offset.finish()));
-        for (side, map) in [("new", &mut self.new), ("old", &mut self.old)] {
-            for (col, b) in map.iter_mut() {
-                let ty = self.types.get(col).copied().unwrap_or(ColumnType::String);
-                fields.push(Field::new(format!("{side}_{col}"), arrow_type(ty), true));
-                cols.push(b.finish());
+        for side in [&mut self.new, &mut self.old] {
+            for i in side.sorted() {
+                let name = format!("{}_{}", side.prefix, side.names[i]);
+                fields.push(Field::new(name, arrow_type(side.types[i]), true));
+                cols.push(side.columns[i].finish());
             }
         }
         fields.push(Field::new("errors", DataType::Utf8, true));
@@ -565,8 +668,8 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
             };
             // A side's values exist when the change had them: an insert has no old values, a
             // delete no new ones (an update has both).
-            let mut new_values = (kind != super::cdc::ChangeType::Delete).then(BTreeMap::new);
-            let mut old_values = (kind != super::cdc::ChangeType::Insert).then(BTreeMap::new);
+            let mut new_values = (kind != super::cdc::ChangeType::Delete).then(Values::default);
+            let mut old_values = (kind != super::cdc::ChangeType::Insert).then(Values::default);
             for (new, name, a) in &values {
                 if !a.is_valid(i) {
                     continue;
@@ -603,8 +706,8 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
                 } else {
                     &mut old_values
                 };
-                side.get_or_insert_with(BTreeMap::new)
-                    .insert(Cow::Owned(name.clone()), Some(Cow::Owned(text)));
+                side.get_or_insert_with(Values::default)
+                    .push(Cow::Owned(name.clone()), Some(Cow::Owned(text)));
             }
             if let Some(nulls) = meta(8)? {
                 for n in nulls.split(',') {
@@ -613,8 +716,8 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
                         (_, Some(c)) => (&mut old_values, c),
                         _ => return Err(bad(format!("row {i}: null_columns names {n:?}"))),
                     };
-                    side.get_or_insert_with(BTreeMap::new)
-                        .insert(Cow::Owned(name.to_string()), None);
+                    side.get_or_insert_with(Values::default)
+                        .push(Cow::Owned(name.to_string()), None);
                 }
             }
             out.push(Fragment {
@@ -705,7 +808,7 @@ mod tests {
             s.append(p, c).unwrap();
         }
         // It is a Parquet file as it is: read it back with the plain reader.
-        let file = bytes::Bytes::from(s.finish().unwrap());
+        let file = s.finish().unwrap().to_bytes();
         let mut back: Vec<RecordBatch> =
             parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
                 .unwrap()
@@ -756,6 +859,41 @@ mod tests {
     }
 
     #[test]
+    fn values_land_in_their_columns_whatever_their_order_across_flushes() {
+        let mut s = TableBuilder::new(BTreeMap::new(), Tz::UTC, super::super::Compression::Snappy);
+        // More rows than one flush holds; the values' order changes every 3rd row, a new
+        // column comes in on row 5, and every 1000th row sends `b` twice (its last value counts).
+        let n = FLUSH_ROWS as i64 + 500;
+        for i in 0..n {
+            let values = match (i % 3, i % 1000 == 7, i >= 5) {
+                (_, true, _) => format!(r#""b":"x","a":"a{i}","b":"b{i}","c":"c{i}""#),
+                (0, _, true) => format!(r#""c":"c{i}","b":"b{i}","a":"a{i}""#),
+                (_, _, true) => format!(r#""a":"a{i}","b":"b{i}","c":"c{i}""#),
+                _ => format!(r#""b":"b{i}","a":"a{i}""#),
+            };
+            let msg = format!(r#"[{{"TABLE":"t","TYPE":"I","NEW_VALUES":{{{values}}}}}]"#);
+            for (p, c) in rows(&msg, i) {
+                assert!(s.fits(&c));
+                s.append(&p, &c).unwrap();
+            }
+        }
+        let back = decode(s.finish().unwrap().to_bytes(), 1 << 30).unwrap();
+        assert_eq!(back.len(), n as usize);
+        for (i, f) in back.iter().enumerate() {
+            let v = f.change.new_values.as_ref().unwrap();
+            assert_eq!(f.offset, i as i64);
+            assert_eq!(v["a"].as_deref(), Some(format!("a{i}").as_str()), "row {i}");
+            assert_eq!(v["b"].as_deref(), Some(format!("b{i}").as_str()), "row {i}");
+            let c = (i >= 5 || i % 1000 == 7).then(|| format!("c{i}"));
+            assert_eq!(
+                v.get("c").cloned().flatten().as_deref(),
+                c.as_deref(),
+                "row {i}"
+            );
+        }
+    }
+
+    #[test]
     fn dictionaries_only_on_the_columns_that_repeat() {
         let mut s = TableBuilder::new(BTreeMap::new(), Tz::UTC, super::super::Compression::Snappy);
         for i in 0..100 {
@@ -767,7 +905,7 @@ mod tests {
             }
         }
         use parquet::file::reader::FileReader;
-        let file = bytes::Bytes::from(s.finish().unwrap());
+        let file = s.finish().unwrap().to_bytes();
         let reader = parquet::file::reader::SerializedFileReader::new(file).unwrap();
         let group = reader.metadata().row_group(0);
         let dictionary = |name: &str| {
@@ -810,8 +948,7 @@ mod tests {
                 s.append(&at, &c).unwrap();
             }
         }
-        let file = s.finish().unwrap();
-        let data = bytes::Bytes::from(file);
+        let data = s.finish().unwrap().to_bytes();
         assert!(is_table_file(&data));
         let back = decode(data, 1 << 30).unwrap();
         assert_eq!(back.len(), 3);

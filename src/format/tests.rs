@@ -534,3 +534,22 @@ fn mutated_objects_give_errors_never_panics() {
     }
     assert_eq!(cases, specs.len() * 30);
 }
+
+#[test]
+fn pieces_are_cut_at_the_piece_size_and_keep_every_byte_in_order() {
+    use std::io::Write;
+    let mut p = Pieces::default();
+    let data: Vec<u8> = (0..PIECE * 2 + 1000).map(|i| (i % 251) as u8).collect();
+    // Writes of uneven sizes that straddle piece boundaries.
+    for chunk in data.chunks(7919) {
+        p.write_all(chunk).unwrap();
+    }
+    assert_eq!(p.len(), data.len());
+    assert_eq!(p.to_bytes(), data);
+    assert!(p.memory_bytes() <= 3 * PIECE);
+    let pieces = p.into_pieces();
+    let sizes: Vec<usize> = pieces.iter().map(Bytes::len).collect();
+    assert_eq!(sizes, [PIECE, PIECE, 1000]);
+    assert_eq!(pieces.concat(), data);
+    assert!(Pieces::default().into_pieces().is_empty());
+}
