@@ -15,6 +15,7 @@ use arrow_schema::{ArrowError, DataType, Field, Schema, TimeUnit};
 use chrono_tz::Tz;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 /// Where a change came from in Kafka.
@@ -399,7 +400,8 @@ impl TableBuilder {
                                 self.problems.push_str("; ");
                             }
                             let p = side.prefix;
-                            self.problems.push_str(&format!("{p}_{col}: {why}"));
+                            // Writing into a String cannot fail.
+                            let _ = write!(self.problems, "{p}_{col}: {why}");
                         }
                     }
                 }

@@ -396,7 +396,7 @@ pub struct Pieces {
 }
 
 /// The size of a [`Pieces`] piece: the store's write piece, so no piece is cut again.
-pub const PIECE: usize = 256 << 10;
+pub const PIECE: usize = crate::store::WRITE_PIECE;
 
 impl Pieces {
     /// Bytes written.
