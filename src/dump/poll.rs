@@ -147,7 +147,7 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
         behind_since: vec![None; senders.len()],
         writers: senders,
         next_writer: 0,
-        parts: HashMap::new(),
+        parts: HashMap::default(),
         paused: HashSet::new(),
         control: control_rx,
         ucx: ucx.clone(),
@@ -332,7 +332,8 @@ struct Poll {
     /// Per writer, since when its stash holds something.
     behind_since: Vec<Option<Instant>>,
     next_writer: usize,
-    parts: HashMap<Tp, Assigned>,
+    /// Looked up once per polled record: foldhash, not std's SipHash (bench/README.md).
+    parts: HashMap<Tp, Assigned, foldhash::fast::RandomState>,
     /// Partitions paused now (back-pressure or a reached target).
     paused: HashSet<Tp>,
     control: Receiver<Control>,
