@@ -74,3 +74,23 @@ async fn unreachable_endpoint_says_so() {
         "{e}"
     );
 }
+
+#[tokio::test]
+async fn requests_the_store_rejects_fail_at_once_with_the_answer() {
+    // S3 caps keys at 1024 bytes and answers a longer one with 400 KeyTooLongError: retrying
+    // cannot help, so the error is not transient and names what to shorten.
+    let prefix = unique("rejected");
+    let store = s3_store(&prefix).await;
+    let key = format!("long/{}", "k".repeat(1100));
+    let e = store
+        .put(&key, bytes::Bytes::from_static(b"x"))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, ErrorKind::Rejected, "{e}");
+    assert!(!e.is_transient(), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("KeyTooLongError") && msg.contains("dump.dir"),
+        "{msg}"
+    );
+}

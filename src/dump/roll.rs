@@ -81,14 +81,6 @@ pub fn pick_for_memory(
     picked
 }
 
-/// Exponential backoff for store retries: 1 s, 2 s, 4 s ... capped at 30 s.
-pub fn next_backoff(previous: Option<Duration>) -> Duration {
-    match previous {
-        None => Duration::from_secs(1),
-        Some(d) => (d * 2).min(Duration::from_secs(30)),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,17 +132,5 @@ mod tests {
         assert_eq!(pick_for_memory(&sizes, 110, 100, 80), vec![1]);
         assert_eq!(pick_for_memory(&sizes, 110, 100, 20), vec![1, 3, 4]);
         assert_eq!(pick_for_memory(&sizes, 110, 100, 0), vec![1, 3, 4, 0]);
-    }
-
-    #[test]
-    fn backoff_doubles_to_a_cap() {
-        let mut d = None;
-        let mut seen = Vec::new();
-        for _ in 0..8 {
-            let n = next_backoff(d);
-            seen.push(n.as_secs());
-            d = Some(n);
-        }
-        assert_eq!(seen, vec![1, 2, 4, 8, 16, 30, 30, 30]);
     }
 }

@@ -264,7 +264,10 @@ pub(crate) fn decide(first: i64, last: i64, finished: Finished, found: Option<&S
 pub(crate) fn fatal(e: &StoreError) -> bool {
     matches!(
         e.kind,
-        ErrorKind::NoSuchBucket | ErrorKind::Unauthorized | ErrorKind::InvalidInput
+        ErrorKind::NoSuchBucket
+            | ErrorKind::Unauthorized
+            | ErrorKind::Rejected
+            | ErrorKind::InvalidInput
     )
 }
 
@@ -868,6 +871,7 @@ mod tests {
         for kind in [
             ErrorKind::NoSuchBucket,
             ErrorKind::Unauthorized,
+            ErrorKind::Rejected,
             ErrorKind::InvalidInput,
         ] {
             assert!(fatal(&err(kind)), "{kind:?}");

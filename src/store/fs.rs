@@ -37,6 +37,7 @@ impl FsStore {
         let kind = match e.kind() {
             io::ErrorKind::NotFound => ErrorKind::NotFound,
             io::ErrorKind::PermissionDenied => ErrorKind::Unauthorized,
+            io::ErrorKind::InvalidFilename => ErrorKind::Rejected,
             _ => ErrorKind::Io,
         };
         let hint = match kind {
@@ -44,6 +45,10 @@ impl FsStore {
             ErrorKind::Unauthorized => format!(
                 "permission denied: {e}; check the rights on {}",
                 self.root.display()
+            ),
+            ErrorKind::Rejected => format!(
+                "{e}; a name in the key is longer than the filesystem allows, shorten dump.dir \
+                 or the topic name"
             ),
             _ => format!("{e}"),
         };
@@ -538,6 +543,17 @@ mod tests {
             .map(|m| m.key)
             .collect();
         assert_eq!(keys, vec![key.to_string()]);
+    }
+
+    #[tokio::test]
+    async fn names_longer_than_the_filesystem_allows_are_rejected_not_retried() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = FsStore::new(dir.path().to_path_buf());
+        let key = format!("d/{}", "n".repeat(300));
+        let e = store.put(&key, Bytes::from_static(b"x")).await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Rejected, "{e}");
+        assert!(!e.is_transient(), "{e}");
+        assert!(e.to_string().contains("shorten dump.dir"), "{e}");
     }
 
     #[tokio::test]

@@ -35,8 +35,11 @@ pub enum ErrorKind {
     Unauthorized,
     /// The store could not be reached (network, DNS, timeout): worth retrying.
     Unreachable,
-    /// The store answered with an error (5xx, throttling, bad request).
+    /// The store answered with an error a retry may heal (5xx, throttling, request timeout).
     Service,
+    /// The store refused the request itself (a 4xx such as `InvalidRequest`, a key too long):
+    /// sending it again gets the same answer, so callers stop and tell the operator.
+    Rejected,
     InvalidInput,
     Io,
 }

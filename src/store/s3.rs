@@ -160,6 +160,11 @@ impl S3Store {
             ErrorKind::Unauthorized => "access denied; check store.access_key / store.secret_key \
                 (or the AWS credential chain) and the bucket policy"
                 .to_string(),
+            ErrorKind::Rejected => "the store rejected the request, and sending it again gets \
+                the same answer; check that store.endpoint is an S3 API that takes unsigned \
+                payloads with CRC32C checksums, and that object keys (store.prefix, dump.dir) \
+                stay within its limits"
+                .to_string(),
             _ => "the store refused the request; strata retries transient failures".to_string(),
         };
         StoreError::new(
@@ -490,6 +495,21 @@ fn classify(failure: Failure, code: &str, status: Option<u16>) -> ErrorKind {
             )
             | (_, Some(401 | 403)) => ErrorKind::Unauthorized,
             ("InvalidRange", _) | (_, Some(416)) => ErrorKind::InvalidInput,
+            // 4xx answers that say "again, later": a slow or cut body, a body damaged on the
+            // way (its CRC32C did not match), a conflicting operation, throttling.
+            (
+                "RequestTimeout"
+                | "IncompleteBody"
+                | "BadDigest"
+                | "OperationAborted"
+                | "SlowDown"
+                | "Throttling"
+                | "ThrottlingException"
+                | "TooManyRequests",
+                _,
+            )
+            | (_, Some(408 | 409 | 429)) => ErrorKind::Service,
+            (_, Some(400..=499)) => ErrorKind::Rejected,
             _ => ErrorKind::Service,
         },
     }
@@ -770,6 +790,17 @@ mod tests {
         assert_eq!(svc("", Some(404)), NotFound);
         assert_eq!(svc("InvalidRange", Some(416)), InvalidInput);
         assert_eq!(svc("SlowDown", Some(503)), Service);
+        assert_eq!(svc("InvalidRequest", Some(400)), Rejected);
+        assert_eq!(svc("KeyTooLongError", Some(400)), Rejected);
+        assert_eq!(
+            svc("", Some(400)),
+            Rejected,
+            "HEAD answers have no error body"
+        );
+        assert_eq!(svc("RequestTimeout", Some(400)), Service);
+        assert_eq!(svc("BadDigest", Some(400)), Service);
+        assert_eq!(svc("OperationAborted", Some(409)), Service);
+        assert_eq!(svc("", Some(429)), Service);
         assert_eq!(svc("InternalError", Some(500)), Service);
     }
 }
