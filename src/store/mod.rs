@@ -2,6 +2,7 @@
 //! (`s3` via aws-sdk-s3, `fs` for `file://`). A successful `put` means the object is durable
 //! and replaced atomically; `delete` of a missing object succeeds.
 
+mod chunks;
 mod fs;
 mod s3;
 

@@ -3,6 +3,7 @@
 //! adds no other checksums (S3-compatible stores differ in which they accept). Error messages
 //! are scrubbed of the configured credentials.
 
+use super::chunks::Chunks;
 use super::{
     check_key, ErrorKind, Finish, Finished, Incomplete, MultipartUpload, ObjectMeta, ObjectStore,
     StoreError,
@@ -14,10 +15,9 @@ use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
-use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
 use aws_sdk_s3::Client;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
@@ -206,7 +206,7 @@ impl S3Store {
         full: &str,
         upload_id: &str,
         n: i32,
-        data: Bytes,
+        data: Chunks,
     ) -> Result<CompletedPart, StoreError> {
         let out = self
             .client
@@ -216,8 +216,8 @@ impl S3Store {
             .upload_id(upload_id)
             .part_number(n)
             .checksum_algorithm(ChecksumAlgorithm::Crc32C)
-            .checksum_crc32_c(crc32c_header(&data))
-            .body(ByteStream::from(data))
+            .checksum_crc32_c(crc32c_header(data.crc32c()))
+            .body(data.into_body())
             .customize()
             .disable_payload_signing()
             .send()
@@ -239,7 +239,7 @@ impl S3Store {
             full,
             tag: uuid::Uuid::new_v4().simple().to_string(),
             upload_id: None,
-            buffer: BytesMut::new(),
+            buffer: Chunks::default(),
             parts: Vec::new(),
             ended: false,
         })
@@ -525,7 +525,8 @@ struct S3Upload {
     tag: String,
     /// Set once the first part went out; until then the object is only in `buffer`.
     upload_id: Option<String>,
-    buffer: BytesMut,
+    /// Bytes written and not sent yet (less than a part), as the caller's pieces.
+    buffer: Chunks,
     parts: Vec<CompletedPart>,
     /// Completed or aborted: nothing is left to clean up.
     ended: bool,
@@ -587,9 +588,9 @@ const ABORT_ATTEMPTS: u32 = 13;
 /// with this checksum instead of a SHA-256 payload signature (`UNSIGNED-PAYLOAD`): the store
 /// still refuses a body changed on the way, and hashing the payload was a fifth of a text
 /// dump's CPU to S3 (bench/README.md), CRC32C a hundredth of that.
-fn crc32c_header(data: &[u8]) -> String {
+fn crc32c_header(crc: u32) -> String {
     use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(crc32c::crc32c(data).to_be_bytes())
+    base64::engine::general_purpose::STANDARD.encode(crc.to_be_bytes())
 }
 
 /// S3 answers a conditional write whose key is taken with 412.
@@ -625,7 +626,7 @@ impl S3Upload {
         Ok(id)
     }
 
-    async fn send_part(&mut self, data: Bytes) -> Result<(), StoreError> {
+    async fn send_part(&mut self, data: Chunks) -> Result<(), StoreError> {
         let n = self.parts.len() as i32 + 1;
         if n > 10_000 {
             return Err(StoreError::new(
@@ -644,20 +645,9 @@ impl S3Upload {
     }
 
     async fn append(&mut self, data: Bytes) -> Result<(), StoreError> {
-        let size = self.store.part_size;
-        if self.buffer.is_empty() && data.len() >= size {
-            // Whole parts straight from the caller's buffer, without copying.
-            let mut data = data;
-            while data.len() >= size {
-                let part = data.split_to(size);
-                self.send_part(part).await?;
-            }
-            self.buffer.extend_from_slice(&data);
-            return Ok(());
-        }
-        self.buffer.extend_from_slice(&data);
-        while self.buffer.len() >= size {
-            let part = self.buffer.split_to(size).freeze();
+        self.buffer.push(data);
+        while self.buffer.len() >= self.store.part_size {
+            let part = self.buffer.take(self.store.part_size);
             self.send_part(part).await?;
         }
         Ok(())
@@ -665,7 +655,7 @@ impl S3Upload {
 
     /// One PUT of the buffered bytes (the object never reached a part).
     async fn put_whole(&mut self, mode: Finish) -> Result<Finished, StoreError> {
-        let data = std::mem::take(&mut self.buffer).freeze();
+        let data = self.buffer.take_all();
         let mut req = self
             .store
             .client
@@ -674,8 +664,8 @@ impl S3Upload {
             .key(&self.full)
             .metadata(TAG_METADATA, &self.tag)
             .checksum_algorithm(ChecksumAlgorithm::Crc32C)
-            .checksum_crc32_c(crc32c_header(&data))
-            .body(ByteStream::from(data));
+            .checksum_crc32_c(crc32c_header(data.crc32c()))
+            .body(data.into_body());
         if mode == Finish::CreateNew {
             req = req.if_none_match("*");
         }
@@ -691,7 +681,7 @@ impl S3Upload {
             return self.put_whole(mode).await;
         }
         if !self.buffer.is_empty() {
-            let rest = std::mem::take(&mut self.buffer).freeze();
+            let rest = self.buffer.take_all();
             self.send_part(rest).await?;
         }
         let id = self.start().await?;
@@ -769,8 +759,8 @@ mod tests {
     fn bodies_carry_the_crc32c_s3_expects() {
         // The check value of CRC-32C (RFC 3720) is 0xE3069283; S3 wants its 4 bytes, big-endian,
         // in base64.
-        assert_eq!(crc32c_header(b"123456789"), "4waSgw==");
-        assert_eq!(crc32c_header(b""), "AAAAAA==");
+        assert_eq!(crc32c_header(crc32c::crc32c(b"123456789")), "4waSgw==");
+        assert_eq!(crc32c_header(crc32c::crc32c(b"")), "AAAAAA==");
     }
 
     #[test]
