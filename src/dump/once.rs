@@ -102,8 +102,7 @@ impl Targets {
                 tpl.add_partition(t.name(), p.id());
             }
         }
-        let committed = consumer
-            .committed_offsets(tpl.clone(), Duration::from_secs(30))
+        let committed = crate::kafka::committed_offsets(consumer, &tpl, Duration::from_secs(30))
             .map_err(unreachable)?;
         let mut parts = BTreeMap::new();
         for e in tpl.elements() {

@@ -282,7 +282,7 @@ fn clean_up_leftovers(
     }
     // Unknown commits keep the seals of stored objects: removing one too many loses data.
     let committed = (tpl.count() > 0)
-        .then(|| c.committed_offsets(tpl, Duration::from_secs(10)).ok())
+        .then(|| crate::kafka::committed_offsets(c, &tpl, Duration::from_secs(10)).ok())
         .flatten();
     let litter: Vec<String> = found
         .into_iter()
@@ -659,8 +659,7 @@ impl Poll {
             None => {
                 let mut tpl = TopicPartitionList::new();
                 tpl.add_partition(&tp.topic, tp.partition);
-                let committed = c
-                    .committed_offsets(tpl, Duration::from_secs(10))
+                let committed = crate::kafka::committed_offsets(c, &tpl, Duration::from_secs(10))
                     .map_err(|e| e.to_string())?;
                 match offset_of(&committed, &tp.topic, tp.partition) {
                     Some(o) => o,
@@ -790,8 +789,7 @@ impl Poll {
         for (t, p) in tps {
             tpl.add_partition(t, *p);
         }
-        let committed = c
-            .committed_offsets(tpl, Duration::from_secs(30))
+        let committed = crate::kafka::committed_offsets(c, &tpl, Duration::from_secs(30))
             .map_err(kafka_err("the group coordinator"))?;
         let mut initial = TopicPartitionList::new();
         for (t, p) in tps {
@@ -875,9 +873,9 @@ impl Poll {
         let Some(targets) = self.targets.as_mut() else {
             return Ok(true);
         };
-        let committed = c
-            .committed_offsets(targets.list(), Duration::from_secs(10))
-            .map_err(kafka_err("the group coordinator"))?;
+        let committed =
+            crate::kafka::committed_offsets(c, &targets.list(), Duration::from_secs(10))
+                .map_err(kafka_err("the group coordinator"))?;
         // Targets this run reached and stored up to, where the group is still behind them.
         let mut behind = TopicPartitionList::new();
         for e in commit.elements() {

@@ -6,7 +6,9 @@ pub mod admin;
 pub mod refusal;
 
 use crate::config::KafkaConfig;
-use rdkafka::ClientConfig;
+use rdkafka::consumer::{Consumer, ConsumerContext};
+use rdkafka::error::KafkaResult;
+use rdkafka::{ClientConfig, TopicPartitionList};
 use std::time::Duration;
 
 pub use admin::Admin;
@@ -94,6 +96,56 @@ pub fn reader(c: &ClientConfig) -> rdkafka::error::KafkaResult<Reader> {
     c.create_with_context(Watch::default())
 }
 
+/// A group's committed offsets for the partitions of `tpl`. Asked again (for up to
+/// [`ADMIN_TIMEOUT`]) while the group's coordinator settles: a new cluster answers
+/// "not coordinator" until its `__consumer_offsets` topic exists, and a coordinator that moves
+/// or loads answers the same for a moment; a first `--once` run on a fresh cluster ended with
+/// "cannot reach Kafka" on that answer.
+pub fn committed_offsets<X, C>(
+    c: &C,
+    tpl: &TopicPartitionList,
+    timeout: Duration,
+) -> KafkaResult<TopicPartitionList>
+where
+    X: ConsumerContext,
+    C: Consumer<X>,
+{
+    while_coordinator_settles(ADMIN_TIMEOUT, std::thread::sleep, || {
+        c.committed_offsets(tpl.clone(), timeout)
+    })
+}
+
+/// Coordinator answers a wait heals.
+fn coordinator_settling(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::*;
+    matches!(
+        e.rdkafka_error_code(),
+        Some(NotCoordinator | CoordinatorNotAvailable | CoordinatorLoadInProgress)
+    )
+}
+
+/// Runs `op` until it gives anything but a settling coordinator, or until pauses of `sleep`
+/// (100 ms, doubling to 2 s) would pass `wait`.
+fn while_coordinator_settles<T>(
+    wait: Duration,
+    mut sleep: impl FnMut(Duration),
+    mut op: impl FnMut() -> KafkaResult<T>,
+) -> KafkaResult<T> {
+    let mut pause = Duration::from_millis(100);
+    let mut waited = Duration::ZERO;
+    loop {
+        match op() {
+            Err(e) if coordinator_settling(&e) && waited + pause <= wait => {
+                tracing::debug!(error = %e, "the group coordinator is not ready; asking again");
+                sleep(pause);
+                waited += pause;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            r => return r,
+        }
+    }
+}
+
 /// The servers as one string, for messages.
 pub fn servers(k: &KafkaConfig) -> String {
     k.bootstrap_servers.join(",")
@@ -128,5 +180,52 @@ ssl_ca_location = "/ca.pem"
         assert_eq!(cc.get("sasl.password"), Some("pw"));
         assert_eq!(cc.get("ssl.ca.location"), Some("/ca.pem"));
         assert_eq!(cc.get("fetch.min.bytes"), Some("1000"));
+    }
+
+    #[test]
+    fn a_settling_coordinator_is_asked_again_other_errors_are_not() {
+        use rdkafka::error::KafkaError::MetadataFetch;
+        use rdkafka::types::RDKafkaErrorCode::*;
+        // Two "not coordinator" answers, then the offsets: found after two pauses.
+        let mut answers = vec![
+            Err(MetadataFetch(NotCoordinator)),
+            Err(MetadataFetch(CoordinatorLoadInProgress)),
+            Ok(7),
+        ]
+        .into_iter();
+        let mut slept = Vec::new();
+        let r = while_coordinator_settles(
+            Duration::from_secs(30),
+            |d| slept.push(d),
+            || answers.next().unwrap(),
+        );
+        assert_eq!(r.unwrap(), 7);
+        assert_eq!(
+            slept,
+            [Duration::from_millis(100), Duration::from_millis(200)]
+        );
+        // Any other error is the answer at once.
+        let mut calls = 0;
+        let r: KafkaResult<()> = while_coordinator_settles(
+            Duration::from_secs(30),
+            |_| panic!("no pause for a real failure"),
+            || {
+                calls += 1;
+                Err(MetadataFetch(GroupAuthorizationFailed))
+            },
+        );
+        assert!(r.is_err() && calls == 1);
+        // A coordinator that never settles fails once the pauses would pass the wait.
+        let mut total = Duration::ZERO;
+        let r: KafkaResult<()> = while_coordinator_settles(
+            Duration::from_secs(5),
+            |d| total += d,
+            || Err(MetadataFetch(CoordinatorNotAvailable)),
+        );
+        assert_eq!(
+            r.unwrap_err().rdkafka_error_code(),
+            Some(CoordinatorNotAvailable)
+        );
+        assert!(total <= Duration::from_secs(5) && total >= Duration::from_secs(3));
     }
 }

@@ -322,8 +322,8 @@ fn committed(
     group: &str,
     tpl: TopicPartitionList,
 ) -> Result<TopicPartitionList, String> {
-    group_client(k, group)?
-        .committed_offsets(tpl, Duration::from_secs(10))
+    let c = group_client(k, group)?;
+    crate::kafka::committed_offsets(&c, &tpl, Duration::from_secs(10))
         .map_err(|e| format!("reading the offsets of group {group:?}: {e}"))
 }
 
