@@ -35,8 +35,14 @@ const BATCH_ROWS: usize = 16 * 1024;
 /// measured faster than the 1 MiB default (bench/README.md).
 const PAGE_BYTES: usize = 256 << 10;
 const WRITE_BATCH_ROWS: usize = 256;
-/// The writer closes a row group at this estimated size; keeps memory per file bounded.
-const ROW_GROUP_BYTES: usize = 32 << 20;
+/// The writer closes a row group at this estimated size. An open file holds its row group as
+/// compressed pages, and the allocator keeps about as much again around them (each page is
+/// compressed into a buffer twice its size, then shrunk): with 32 MiB row groups, 4 GiB over 32
+/// partitions peaked at 414 MiB of RSS against a 256 MiB budget and open files were closed early
+/// to stay within it; with 8 MiB, 254 MiB and every file reached `max_file_size`, for the same
+/// CPU (bench/README.md). 8 MiB row groups are still large reads for S3 and whole units of work
+/// for DuckDB, Spark and Athena.
+pub(super) const ROW_GROUP_BYTES: usize = 8 << 20;
 
 fn header_fields() -> Fields {
     Fields::from(vec![
@@ -364,4 +370,73 @@ pub(super) fn decode(data: Bytes, limit: u64) -> Result<Vec<Record>, DecodeError
         }
     }
     Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Output that keeps the file for the test but, like a part sent to the store, holds no
+    /// memory of the encoder's.
+    struct Stored(Vec<u8>);
+
+    impl std::io::Write for Stored {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Output for Stored {
+        fn memory_bytes(&self) -> usize {
+            0
+        }
+    }
+
+    #[test]
+    fn row_groups_close_at_their_size_and_bound_the_memory_of_an_open_file() {
+        let mut e = ParquetEncoder::new("t", Compression::Snappy, Stored(Vec::new())).unwrap();
+        // 40 MiB of values that do not compress (xorshift bytes).
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut peak = 0;
+        for i in 0..10_240i64 {
+            let value: Vec<u8> = (0..4096)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let r = RecordView {
+                partition: 0,
+                offset: i,
+                timestamp: Some(i),
+                timestamp_type: TimestampType::CreateTime,
+                key: None,
+                value: Some(&value),
+                headers: &[],
+            };
+            e.append(&r).unwrap();
+            peak = peak.max(e.memory_bytes());
+        }
+        // A row group, plus the rows pending for the next batch and the builders' capacity.
+        let bound = ROW_GROUP_BYTES + 3 * BATCH_BYTES;
+        assert!(
+            peak <= bound,
+            "an open file held {peak} bytes (bound {bound})"
+        );
+        let data = Bytes::from(e.finish().unwrap().0);
+        let groups = ParquetRecordBatchReaderBuilder::try_new(data)
+            .unwrap()
+            .metadata()
+            .num_row_groups();
+        assert!(
+            (5..=6).contains(&groups),
+            "40 MiB in row groups of about 8 MiB gave {groups}"
+        );
+    }
 }
