@@ -9,6 +9,7 @@ pub mod format;
 pub mod kafka;
 pub mod layout;
 pub mod listen;
+pub mod memory;
 pub mod replicate;
 pub mod restore;
 pub mod store;

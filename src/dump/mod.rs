@@ -245,6 +245,9 @@ pub async fn run(
         })??;
 
     let memory = (cfg.limits.buffer_memory.bytes() as usize) / cfg.tasks.len();
+    // What the process holds before any buffer, plus the budget: the resident size to stay in.
+    let _governor = crate::memory::resident()
+        .and_then(|base| crate::memory::Governor::start(base + cfg.limits.buffer_memory.bytes()));
     let leftover_age = cfg.limits.leftover_age;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let rt = tokio::runtime::Handle::current();
