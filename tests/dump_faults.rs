@@ -1012,40 +1012,14 @@ async fn a_deleted_bucket_stops_the_dump_with_a_clear_error() {
 /// credentials mid-run: a clear error and a non-zero exit.
 #[tokio::test(flavor = "multi_thread")]
 async fn refused_credentials_stop_the_dump_with_a_clear_error() {
-    let bin = std::env::var("STRATA_TEST_S3D").expect("STRATA_TEST_S3D (./dev test)");
     let topic = unique("denied");
     create_topic(&topic, 1).await;
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("s3s");
     std::fs::create_dir_all(data.join("strata-denied")).unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let serve = |secret: &str| {
-        std::process::Command::new(&bin)
-            .args([
-                "--host",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--access-key",
-                "strata",
-                "--secret-key",
-                secret,
-            ])
-            .arg(&data)
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap()
-    };
-    let mut server = serve("right-secret");
+    let port = free_port();
+    let server = S3d::start(&data, port, "strata", "right-secret").await;
     let endpoint = format!("http://127.0.0.1:{port}");
-    eventually(30, "s3d listening", || async {
-        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
-    })
-    .await;
     let cfg = write_config(
         dir.path(),
         &format!(
@@ -1074,9 +1048,8 @@ async fn refused_credentials_stop_the_dump_with_a_clear_error() {
     .await;
     eventually(60, "stored", || async { count_in(&log, " stored") > 0 }).await;
     // The store's key is rotated: strata's secret is no longer valid.
-    server.kill().unwrap();
-    server.wait().unwrap();
-    let mut server = serve("rotated-secret");
+    drop(server);
+    let server = S3d::start(&data, port, "strata", "rotated-secret").await;
     produce(&sample_records(
         &topic,
         10,
@@ -1096,8 +1069,7 @@ async fn refused_credentials_stop_the_dump_with_a_clear_error() {
         );
         std::thread::sleep(Duration::from_millis(200));
     };
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(!status.success(), "{text}");
     assert!(

@@ -45,6 +45,27 @@ async fn s3_backend_conforms() {
         .starts_with(&format!("s3://{TEST_BUCKET}/{prefix}/")));
 }
 
+/// s3d, the faster S3 server of the benchmarks, writes parts and joins them itself (not s3s-fs):
+/// it must behave like S3 for everything strata does, and leave no part or temp file behind.
+#[tokio::test]
+async fn s3d_conforms() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("strata-s3d")).unwrap();
+    let port = free_port();
+    let _server = S3d::start(dir.path(), port, "strata", "s3d-secret").await;
+    let toml = format!(
+        "[store]\nurl = \"s3://strata-s3d/p\"\nendpoint = \"http://127.0.0.1:{port}\"\naccess_key = \"strata\"\nsecret_key = \"s3d-secret\"\npart_size = \"5MiB\"\n"
+    );
+    let store = strata::store::open(&config(&toml).store).await.unwrap();
+    store.check().await.unwrap();
+    store_suite::run(store.as_ref(), "suite", 12 << 20).await;
+    let left: Vec<String> = walk(dir.path())
+        .into_iter()
+        .filter(|p| p.contains(".upload_id-") || p.contains(".tmp."))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 #[tokio::test]
 async fn missing_bucket_is_named_with_the_fix() {
     let toml = s3_toml("p")

@@ -354,6 +354,42 @@ where
     }
 }
 
+/// s3d (devenv/s3d, built by ./dev: an S3 server that checks signatures) serving the buckets
+/// under `data` on `port` for one key pair; stopped when dropped.
+pub struct S3d(pub std::process::Child);
+
+impl S3d {
+    pub async fn start(data: &std::path::Path, port: u16, access_key: &str, secret: &str) -> Self {
+        let bin = std::env::var("STRATA_TEST_S3D").expect("STRATA_TEST_S3D (./dev test)");
+        let child = std::process::Command::new(bin)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--access-key", access_key, "--secret-key", secret])
+            .arg(data)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        eventually(30, "s3d listening", || async {
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+        })
+        .await;
+        S3d(child)
+    }
+}
+
+impl Drop for S3d {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A loopback port nobody listens on now.
+pub fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
 /// Path of the strata binary built for the tests.
 pub fn strata_bin() -> &'static str {
     env!("CARGO_BIN_EXE_strata")
