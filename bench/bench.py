@@ -674,9 +674,12 @@ def checks_dump(rows):
 
 
 def checks_memory(rows):
+    """The dump issue's limit for the six plain contenders. CDC tables are shown, not checked: their
+    repeat windows (100,000 ids per partition by default, docs/cdc.md) are outside the buffer
+    budget, so their peak grows with the partitions a task reads."""
     out = []
     for r in rows:
-        if r["kind"] == "strata" and "peak_rss_mib" in r:
+        if r["kind"] == "strata" and "peak_rss_mib" in r and r.get("format") != "cdc":
             out.append({"check": f"{r['label']}, default settings: peak RSS at most 300 MiB",
                         "value": r["peak_rss_mib"], "limit": 300, "pass": r["peak_rss_mib"] <= 300})
     return out
