@@ -121,6 +121,7 @@ pub(super) fn run(rx: std::sync::mpsc::Receiver<ToWriter>, cx: WriterContext) {
     let mut w = Writer {
         parts: HashMap::new(),
         held: 0,
+        windows: crate::memory::Claim::default(),
         cx,
     };
     while let Ok(msg) = rx.recv() {
@@ -137,6 +138,8 @@ struct Writer {
     parts: HashMap<Tp, PartitionWriter>,
     /// Memory of the open objects as last accounted.
     held: usize,
+    /// The CDC repeat windows' memory, which is outside the buffer budget.
+    windows: crate::memory::Claim,
     cx: WriterContext,
 }
 
@@ -292,8 +295,15 @@ impl Writer {
         }
     }
 
-    /// Updates the shared gauge with this writer's open memory.
+    /// Updates the shared gauge with this writer's open memory, and the claim of its windows.
     fn account(&mut self) {
+        let windows = self
+            .parts
+            .values()
+            .filter_map(|p| p.window.as_ref())
+            .map(crate::format::cdc::RepeatWindow::memory_bytes)
+            .sum::<usize>();
+        self.windows.set(windows as u64);
         let now: usize = self.parts.values().map(PartitionWriter::memory).sum();
         if now >= self.held {
             self.cx

@@ -514,6 +514,8 @@ pub struct RepeatWindow {
     order: VecDeque<std::sync::Arc<str>>,
     /// foldhash (seeded per process, as std's): std's SipHash measured 3% of a CDC dump.
     ids: HashSet<std::sync::Arc<str>, foldhash::fast::RandomState>,
+    /// Bytes of the ids' text.
+    id_bytes: usize,
 }
 
 /// Ids a window makes room for at once: its capacity, up to this (it grows past it as needed).
@@ -526,6 +528,7 @@ impl RepeatWindow {
             capacity,
             order: VecDeque::with_capacity(room),
             ids: HashSet::with_capacity_and_hasher(room, Default::default()),
+            id_bytes: 0,
         }
     }
 
@@ -548,9 +551,11 @@ impl RepeatWindow {
         }
         if self.order.len() == self.capacity {
             if let Some(old) = self.order.pop_front() {
+                self.id_bytes -= old.len();
                 self.ids.remove(&old);
             }
         }
+        self.id_bytes += id.len();
         let id: std::sync::Arc<str> = id.into();
         self.order.push_back(id.clone());
         self.ids.insert(id);
@@ -570,9 +575,14 @@ impl RepeatWindow {
         self.order.is_empty()
     }
 
-    /// Bytes the window holds (each id once, its counts and the two entries), for the memory report.
-    pub fn bytes(&self) -> usize {
-        self.order.iter().map(|s| s.len() + 80).sum()
+    /// Memory the window holds, roughly: its ring and set (sized for up to its capacity from the
+    /// start) and each id's text with its reference count.
+    pub fn memory_bytes(&self) -> usize {
+        let slot = std::mem::size_of::<std::sync::Arc<str>>();
+        self.order.capacity() * slot
+            + self.ids.capacity() * (slot + 1) * 8 / 7
+            + self.id_bytes
+            + self.order.len() * 16
     }
 }
 

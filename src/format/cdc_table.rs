@@ -111,9 +111,9 @@ impl Column {
         Ok(())
     }
 
-    fn finish(&mut self) -> ArrayRef {
+    fn finish(&mut self, reserved: &mut usize) -> ArrayRef {
         match self {
-            Self::Str(b) => Arc::new(b.finish()),
+            Self::Str(b) => Arc::new(super::renew(b, reserved)),
             Self::Int(b) => Arc::new(b.finish()),
             Self::BigInt(b) => Arc::new(b.finish()),
             Self::Double(b) => Arc::new(b.finish()),
@@ -252,6 +252,9 @@ pub struct TableBuilder {
     null_names: String,
     /// Bytes appended since the last flush, roughly (for the memory the open bundle holds).
     bytes: usize,
+    /// What the string and byte builders hold room for since the last flush (see
+    /// `format::renew`); the pending rows' bytes live in it.
+    reserved: usize,
     compression: super::Compression,
     /// Rows flushed so far go here; its schema is fixed from the first flush on.
     writer: Option<parquet::arrow::ArrowWriter<super::Pieces>>,
@@ -319,6 +322,7 @@ impl TableBuilder {
             problems: String::new(),
             null_names: String::new(),
             bytes: 0,
+            reserved: 0,
         }
     }
 
@@ -333,7 +337,7 @@ impl TableBuilder {
 
     /// Memory held: pending rows, the writer's open row group and the file written so far.
     pub fn memory_bytes(&self) -> usize {
-        self.bytes
+        self.bytes.max(self.reserved)
             + self.rows * 96
             + self.writer.as_ref().map_or(0, |w| {
                 w.memory_size() + super::Output::memory_bytes(w.inner())
@@ -456,8 +460,10 @@ impl TableBuilder {
         }
     }
 
-    /// The pending rows as one batch (the builders start over).
+    /// The pending rows as one batch (the builders start over, with room for as many again).
     fn batch(&mut self) -> Result<RecordBatch, ArrowError> {
+        let reserved = &mut self.reserved;
+        *reserved = 0;
         let mut fields = vec![
             Field::new("topic", DataType::Utf8, false),
             Field::new("partition", DataType::Int32, false),
@@ -467,7 +473,7 @@ impl TableBuilder {
             Field::new("time", utc_ms(), true),
         ];
         let mut cols: Vec<ArrayRef> = vec![
-            Arc::new(self.topic.finish()),
+            Arc::new(super::renew(&mut self.topic, reserved)),
             Arc::new(self.partition.finish()),
             Arc::new(self.offset.finish()),
             Arc::new(self.kafka_timestamp.finish()),
@@ -485,23 +491,23 @@ impl TableBuilder {
                 DataType::Utf8,
                 !matches!(*name, "table" | "type"),
             ));
-            cols.push(Arc::new(b.finish()));
+            cols.push(Arc::new(super::renew(b, reserved)));
         }
         fields.push(Field::new("kafka_key", DataType::Binary, true));
-        cols.push(Arc::new(self.kafka_key.finish()));
+        cols.push(Arc::new(super::renew(&mut self.kafka_key, reserved)));
         fields.push(Field::new("source_offset", DataType::Utf8, true));
-        cols.push(Arc::new(self.source_offset.finish()));
+        cols.push(Arc::new(super::renew(&mut self.source_offset, reserved)));
         for side in [&mut self.new, &mut self.old] {
             for i in side.sorted() {
                 let name = format!("{}_{}", side.prefix, side.names[i]);
                 fields.push(Field::new(name, arrow_type(side.types[i]), true));
-                cols.push(side.columns[i].finish());
+                cols.push(side.columns[i].finish(reserved));
             }
         }
         fields.push(Field::new("errors", DataType::Utf8, true));
-        cols.push(Arc::new(self.errors.finish()));
+        cols.push(Arc::new(super::renew(&mut self.errors, reserved)));
         fields.push(Field::new("null_columns", DataType::Utf8, true));
-        cols.push(Arc::new(self.nulls.finish()));
+        cols.push(Arc::new(super::renew(&mut self.nulls, reserved)));
         RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
     }
 }

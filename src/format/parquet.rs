@@ -5,11 +5,12 @@
 //! Rows gather in column builders and are handed to the writer in small batches; the writer
 //! keeps one row group open and closes it at [`ROW_GROUP_BYTES`], so memory stays bounded.
 
+use super::renew;
 use super::sink::Counting;
 use super::{
     Compression, DecodeError, EncodeError, Header, Output, Record, RecordView, TimestampType,
 };
-use arrow_array::builder::{ArrayBuilder, BinaryBuilder, StringBuilder};
+use arrow_array::builder::{BinaryBuilder, StringBuilder};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
 use arrow_array::{
@@ -247,15 +248,6 @@ impl<W: Output> ParquetEncoder<W> {
         std::io::Write::flush(&mut out)?;
         Ok(out.inner)
     }
-}
-
-/// Finishes a builder and replaces it with one sized like it, so the next batch does not grow
-/// its buffers from nothing (each doubling is a copy and fresh pages); adds the new builder's
-/// capacity to `reserved`.
-fn renew(b: &mut BinaryBuilder, reserved: &mut usize) -> arrow_array::BinaryArray {
-    let (rows, bytes) = (b.len(), b.values_slice().len());
-    *reserved += bytes + rows * std::mem::size_of::<i32>();
-    std::mem::replace(b, BinaryBuilder::with_capacity(rows, bytes)).finish()
 }
 
 fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a ArrayRef, DecodeError> {
