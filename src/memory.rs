@@ -112,7 +112,6 @@ impl Pacer {
 /// what [`Claim`]s hold outside the budget; stops when dropped.
 pub struct Governor {
     stop: Arc<AtomicBool>,
-    releases: Arc<AtomicU64>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -122,8 +121,7 @@ impl Governor {
     pub fn start(limit: u64) -> Option<Self> {
         resident()?;
         let stop = Arc::new(AtomicBool::new(false));
-        let releases = Arc::new(AtomicU64::new(0));
-        let (s, n) = (stop.clone(), releases.clone());
+        let s = stop.clone();
         let thread = std::thread::Builder::new()
             .name("memory".into())
             .spawn(move || {
@@ -136,7 +134,6 @@ impl Governor {
                     if !pacer.due(rss, Instant::now()) || !release_free_pages() {
                         continue;
                     }
-                    n.fetch_add(1, Ordering::Relaxed);
                     metrics::counter!("strata_memory_releases_total").increment(1);
                     let after = resident().unwrap_or(rss);
                     tracing::debug!(before = rss, after, limit = pacer.limit, "resident memory over the limit: free pages handed back");
@@ -149,14 +146,8 @@ impl Governor {
             .ok()?;
         Some(Self {
             stop,
-            releases,
             thread: Some(thread),
         })
-    }
-
-    /// How many times free pages were handed back.
-    pub fn releases(&self) -> u64 {
-        self.releases.load(Ordering::Relaxed)
     }
 }
 
