@@ -93,14 +93,17 @@ fn codec(c: Compression) -> Result<Codec, EncodeError> {
     })
 }
 
-/// What every Parquet file strata writes shares: the task's codec and the page size above.
+/// What every Parquet file strata writes shares: the task's codec, the page size and the row
+/// group size above.
 pub(super) fn writer_basics(
     c: Compression,
 ) -> Result<parquet::file::properties::WriterPropertiesBuilder, EncodeError> {
     Ok(WriterProperties::builder()
         .set_compression(codec(c)?)
         .set_data_page_size_limit(PAGE_BYTES)
-        .set_write_batch_size(WRITE_BATCH_ROWS))
+        .set_write_batch_size(WRITE_BATCH_ROWS)
+        .set_max_row_group_row_count(Some(1 << 20))
+        .set_max_row_group_bytes(Some(ROW_GROUP_BYTES)))
 }
 
 fn properties(c: Compression) -> Result<WriterProperties, EncodeError> {
@@ -108,9 +111,7 @@ fn properties(c: Compression) -> Result<WriterProperties, EncodeError> {
     // and value bytes they cost CPU and buy nothing.
     let mut b = writer_basics(c)?
         .set_dictionary_enabled(false)
-        .set_statistics_enabled(EnabledStatistics::None)
-        .set_max_row_group_row_count(Some(1 << 20))
-        .set_max_row_group_bytes(Some(ROW_GROUP_BYTES));
+        .set_statistics_enabled(EnabledStatistics::None);
     for col in ["topic", "timestamp_type", "headers.list.element.key"] {
         b = b.set_column_dictionary_enabled(ColumnPath::from(col), true);
     }
