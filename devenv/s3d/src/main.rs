@@ -195,8 +195,15 @@ async fn write_body(
     result
 }
 
-/// Joins the parts into `dest` (through a temp file) and removes them.
-fn join_parts(tmp: &Path, parts: &[PathBuf], dest: &Path) -> std::io::Result<()> {
+/// Joins the parts into `dest` (through a temp file) and removes them. With `create_new`, only
+/// if `dest` does not exist yet (a hard link, which fails when the name is taken, even by a
+/// completion racing this one): `Ok(false)` then, and the parts stay for an abort.
+fn join_parts(
+    tmp: &Path,
+    parts: &[PathBuf],
+    dest: &Path,
+    create_new: bool,
+) -> std::io::Result<bool> {
     let mut out = std::fs::File::create(tmp)?;
     for p in parts {
         // File to file: the kernel copies (copy_file_range), no bytes through user space.
@@ -206,11 +213,20 @@ fn join_parts(tmp: &Path, parts: &[PathBuf], dest: &Path) -> std::io::Result<()>
     if let Some(dir) = dest.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    std::fs::rename(tmp, dest)?;
+    if create_new {
+        let linked = std::fs::hard_link(tmp, dest);
+        std::fs::remove_file(tmp)?;
+        match linked {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => return Ok(false),
+            r => r?,
+        }
+    } else {
+        std::fs::rename(tmp, dest)?;
+    }
     for p in parts {
         let _ = std::fs::remove_file(p);
     }
-    Ok(())
+    Ok(true)
 }
 
 /// Calls of the operations s3s-fs implements, unchanged. Written in the form `async_trait`
@@ -324,7 +340,8 @@ impl S3 for Store {
         let upload = upload_id(&id)?;
         self.owns(cred.as_ref(), upload).await?;
         let object = self.path(&bucket, &key)?;
-        if if_none_match.as_ref().is_some_and(|c| c.is_any()) && object.exists() {
+        let create_new = if_none_match.as_ref().is_some_and(|c| c.is_any());
+        if create_new && object.exists() {
             return Err(s3_error!(PreconditionFailed, "Object already exists"));
         }
         let mut paths = Vec::with_capacity(parts.len());
@@ -343,6 +360,20 @@ impl S3 for Store {
             }
             paths.push(path);
         }
+        let tmp = self.temp_path();
+        let dest = object.clone();
+        let joined = tokio::task::spawn_blocking(move || {
+            let r = join_parts(&tmp, &paths, &dest, create_new);
+            if r.is_err() {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            r
+        })
+        .await
+        .map_err(|e| s3_error!(InternalError, "{e}"))?;
+        if !joined.map_err(|e| s3_error!(e, InternalError))? {
+            return Err(s3_error!(PreconditionFailed, "Object already exists"));
+        }
         let _ = tokio::fs::remove_file(self.upload_info_path(upload)).await;
         // The upload's user metadata becomes the object's.
         let meta = self.object_file(&bucket, &key, &format!(".upload-{upload}.metadata.json"));
@@ -351,18 +382,6 @@ impl S3 for Store {
                 .await
                 .map_err(|e| s3_error!(e, InternalError))?;
         }
-        let tmp = self.temp_path();
-        let dest = object.clone();
-        let joined = tokio::task::spawn_blocking(move || {
-            let r = join_parts(&tmp, &paths, &dest);
-            if r.is_err() {
-                let _ = std::fs::remove_file(&tmp);
-            }
-            r
-        })
-        .await
-        .map_err(|e| s3_error!(InternalError, "{e}"))?;
-        joined.map_err(|e| s3_error!(e, InternalError))?;
         let e_tag = format!("{}-{}", random_etag(), parts.len());
         let info = serde_json::json!({ "e_tag": e_tag });
         let info_tmp = self.temp_path();
