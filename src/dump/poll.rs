@@ -67,13 +67,15 @@ pub(crate) struct Shares {
 /// received), an eighth (at least two parts) for uploads in flight, a sixteenth for the writers'
 /// queues, an eighth left to the allocator's free pages (freed buffers it keeps for reuse; the
 /// memory governor hands them back when the process passes its budget), the rest for open
-/// objects.
-pub(crate) fn shares(memory: usize, part_size: usize, writers: usize) -> Shares {
+/// objects. CDC tables leave a quarter to free pages: their bundles free and build again tens of
+/// builders and whole table files, and with an eighth the governor handed those pages back about
+/// 16 times per GiB, each time to fault them in again (a tenth of the task's CPU).
+pub(crate) fn shares(memory: usize, part_size: usize, writers: usize, tables: bool) -> Shares {
     let writers = writers.max(1);
     let queue = memory / consumer::QUEUE_SHARE;
     let in_flight = (memory / 8).max(2 * part_size);
     let queued = memory / 16;
-    let free_pages = memory / 8;
+    let free_pages = if tables { memory / 4 } else { memory / 8 };
     let batches_per_writer = (queued / super::batch::BATCH_BYTES / writers).max(2);
     let open = memory
         .saturating_sub(queue + in_flight + queued + free_pages)
@@ -98,7 +100,7 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
     let writers =
         writer_threads(std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get));
     let part_size = s.store.part_size();
-    let sh = shares(s.memory, part_size, writers);
+    let sh = shares(s.memory, part_size, writers, task.cdc.is_some());
     let consumer = consumer::create(s.kafka, &task, sh.queue, false)?;
     let fatal = Arc::new(Fatal::default());
     let metrics = Arc::new(Metrics::new(&name));
@@ -1078,7 +1080,7 @@ mod tests {
 
     #[test]
     fn the_budget_is_shared_out_between_the_stages() {
-        let s = shares(256 << 20, 8 << 20, 1);
+        let s = shares(256 << 20, 8 << 20, 1, false);
         assert_eq!(s.queue, 32 << 20);
         assert_eq!(s.in_flight, 32 << 20);
         assert_eq!(s.batches_per_writer, 64);
@@ -1092,12 +1094,16 @@ mod tests {
             "the stages and the allocator's eighth add up to the budget"
         );
         // Two writers split the open share; small budgets keep room for two parts in flight.
-        let two = shares(256 << 20, 8 << 20, 2);
+        let two = shares(256 << 20, 8 << 20, 2, false);
         assert_eq!(two.open_per_writer * 2, s.open_per_writer);
-        let small = shares(8 << 20, 8 << 20, 1);
+        let small = shares(8 << 20, 8 << 20, 1, false);
         assert_eq!(small.in_flight, 16 << 20);
         assert!(small.open_per_writer >= 16 << 20);
         assert!(small.batches_per_writer >= 2);
+        // CDC tables leave a quarter to free pages, taken from the open objects.
+        let tables = shares(256 << 20, 8 << 20, 1, true);
+        assert_eq!(tables.open_per_writer + (32 << 20), s.open_per_writer);
+        assert_eq!((tables.queue, tables.in_flight), (s.queue, s.in_flight));
     }
 
     #[test]

@@ -299,8 +299,8 @@ impl<'de> Visitor<'de> for ItemVisitor {
                     it.new_values = v.map;
                 }
                 Field::OFFSET => {
-                    let v: serde_json::Value = map.next_value()?;
-                    it.offset = Some(Cow::Owned(v.to_string()));
+                    let v: &'de serde_json::value::RawValue = map.next_value()?;
+                    it.offset = Some(compact(v.get()));
                 }
                 Field::Other => {
                     map.next_value::<IgnoredAny>()?;
@@ -317,6 +317,34 @@ impl<'de> Visitor<'de> for ItemVisitor {
     }
 
     scalars_are!(Item<'de>, not_an_object);
+}
+
+/// JSON text without the whitespace between its tokens (borrowed when it has none): `OFFSET`
+/// kept as sent, read without building a tree of it.
+pub(super) fn compact(json: &str) -> Cow<'_, str> {
+    let space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r');
+    if !json.bytes().any(space) {
+        return Cow::Borrowed(json);
+    }
+    let mut out = String::with_capacity(json.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for ch in json.chars() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if ch == '\\' {
+                escaped = true;
+            } else if ch == '"' {
+                in_string = false;
+            }
+        } else if ch == '"' {
+            in_string = true;
+        } else if ch.is_ascii() && space(ch as u8) {
+            continue;
+        }
+        out.push(ch);
+    }
+    Cow::Owned(out)
 }
 
 /// A whole message: an array of items, or something else.
@@ -360,4 +388,21 @@ impl<'de> Visitor<'de> for MessageVisitor {
     }
 
     scalars_are!(Message<'de>, not_an_array);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::compact;
+    use std::borrow::Cow;
+
+    #[test]
+    fn compact_json_drops_the_space_between_tokens_only() {
+        let tight = r#"{"BINLOG_NAME":"b.3","BINLOG_POS":42}"#;
+        assert!(matches!(compact(tight), Cow::Borrowed(t) if t == tight));
+        assert_eq!(
+            compact("{ \"NAME\" :\t\"mysql bin \\\" x\",\n \"POS\": [1, 2] }\r\n"),
+            r#"{"NAME":"mysql bin \" x","POS":[1,2]}"#
+        );
+        assert_eq!(compact(r#" "a\\" "#), r#""a\\""#);
+    }
 }

@@ -442,7 +442,7 @@ impl TableBuilder {
             None => self.writer.insert(parquet::arrow::ArrowWriter::try_new(
                 super::Pieces::default(),
                 batch.schema(),
-                Some(properties(self.compression, self.tz)?),
+                Some(properties(self.compression, self.tz, &free_text(&batch))?),
             )?),
         };
         w.write(&batch)?;
@@ -530,18 +530,55 @@ const UNIQUE: [&str; 9] = [
     "source_offset",
 ];
 
+/// A string value column whose values average more than this many bytes holds free text
+/// (notes, descriptions, JSON documents): min/max statistics on it prune nothing and cost a
+/// byte comparison per value, and a dictionary of it is dropped once it outgrows its page.
+const FREE_TEXT_BYTES: usize = 64;
+
+/// Whether a string column holds free text, from `bytes` of text over `values` non-null values.
+fn is_free_text(bytes: usize, values: usize) -> bool {
+    values > 0 && bytes > FREE_TEXT_BYTES * values
+}
+
+/// The `new_`/`old_` string columns of a file's first rows that hold free text (judged once, as
+/// the file's settings are fixed with its first rows).
+fn free_text(batch: &RecordBatch) -> Vec<String> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::Array;
+    batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .filter(|(f, _)| f.name().starts_with("new_") || f.name().starts_with("old_"))
+        .filter_map(|(f, a)| {
+            let s = a.as_string_opt::<i32>()?;
+            let values = s.len() - s.null_count();
+            is_free_text(s.value_data().len(), values).then(|| f.name().clone())
+        })
+        .collect()
+}
+
 /// A table file's writer settings: the task's codec, marked as CDC (with its time zone), page
-/// statistics on (analysts filter on these columns), dictionaries on the columns that repeat,
-/// and the plain encoder's page size.
+/// statistics on (analysts filter on these columns) except on free text, dictionaries on the
+/// columns that repeat, and the plain encoder's page size.
 fn properties(
     compression: super::Compression,
     tz: Tz,
+    free_text: &[String],
 ) -> Result<parquet::file::properties::WriterProperties, super::EncodeError> {
+    use parquet::file::properties::EnabledStatistics;
+    use parquet::schema::types::ColumnPath;
     let mut b = super::parquet::writer_basics(compression)?.set_key_value_metadata(Some(vec![
         parquet::file::metadata::KeyValue::new(CDC_META.to_string(), tz.name().to_string()),
     ]));
     for col in UNIQUE {
-        b = b.set_column_dictionary_enabled(parquet::schema::types::ColumnPath::from(col), false);
+        b = b.set_column_dictionary_enabled(ColumnPath::from(col), false);
+    }
+    for col in free_text {
+        b = b
+            .set_column_dictionary_enabled(ColumnPath::from(col.as_str()), false)
+            .set_column_statistics_enabled(ColumnPath::from(col.as_str()), EnabledStatistics::None);
     }
     Ok(b.build())
 }
@@ -902,11 +939,13 @@ mod tests {
     }
 
     #[test]
-    fn dictionaries_only_on_the_columns_that_repeat() {
+    fn dictionaries_only_on_the_columns_that_repeat_and_no_statistics_on_free_text() {
         let mut s = TableBuilder::new(BTreeMap::new(), Tz::UTC, super::super::Compression::Snappy);
         for i in 0..100 {
+            // A note of 65 bytes or more on average is free text; 64 is not.
+            let (note, short) = ("n".repeat(60 + i as usize % 10), "s".repeat(64));
             let msg = format!(
-                r#"[{{"TIME":"20240101000000","GLOBAL_ID":"g{i}","DATABASE":"shop","TABLE":"orders","TYPE":"I","LOGICAL_CLOCK":"{i}","NEW_VALUES":{{"id":"{i}"}}}}]"#
+                r#"[{{"TIME":"20240101000000","GLOBAL_ID":"g{i}","DATABASE":"shop","TABLE":"orders","TYPE":"I","LOGICAL_CLOCK":"{i}","NEW_VALUES":{{"id":"{i}","note":"{note}","code":"{short}"}}}}]"#
             );
             for (p, c) in rows(&msg, i) {
                 s.append(&p, &c).unwrap();
@@ -928,9 +967,29 @@ mod tests {
         for col in UNIQUE {
             assert!(!dictionary(col), "{col} has a dictionary");
         }
-        for col in ["topic", "table", "type", "database", "new_id"] {
+        for col in ["topic", "table", "type", "database", "new_id", "new_code"] {
             assert!(dictionary(col), "{col} has no dictionary");
         }
+        assert!(!dictionary("new_note"), "free text has a dictionary");
+        let statistics = |name: &str| {
+            group
+                .columns()
+                .iter()
+                .find(|c| c.column_path().string() == name)
+                .is_some_and(|c| c.statistics().is_some())
+        };
+        for col in ["new_id", "new_code", "global_id", "time"] {
+            assert!(statistics(col), "{col} has no statistics");
+        }
+        assert!(!statistics("new_note"), "free text has statistics");
+    }
+
+    #[test]
+    fn free_text_is_told_by_the_average_length_of_its_values() {
+        assert!(!is_free_text(0, 0), "no values: not free text");
+        assert!(!is_free_text(64 * 10, 10));
+        assert!(is_free_text(64 * 10 + 1, 10));
+        assert!(is_free_text(700, 1));
     }
 
     #[test]
