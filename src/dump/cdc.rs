@@ -7,7 +7,7 @@
 
 use crate::config::{CdcOptions, OnMalformed};
 use crate::format::cdc::{self, ColumnType, RepeatWindow};
-use crate::format::cdc_table::{Position, TableBuilder};
+use crate::format::cdc_table::{Position, Room, TableBuilder};
 use crate::format::{
     Compression, EncodeError, Encoder, FormatKind, FormatSpec, Pieces, RecordView,
 };
@@ -58,16 +58,23 @@ pub struct MalformedAt {
 pub struct Bundle {
     pub first_offset: i64,
     tables: BTreeMap<String, TableBuilder>,
+    /// The room each table's file in the partition's previous bundle needed.
+    rooms: Rooms,
     sides: BTreeMap<&'static str, Encoder<Pieces>>,
     /// Memory the bundle holds, roughly (rows and their text, side encoders).
     pub bytes: usize,
     pub counts: Counts,
 }
 
+/// Per table directory level, the room its builders needed ([`Room`]).
+pub type Rooms = BTreeMap<String, Room>;
+
 /// A finished bundle: its files (key, bytes in pieces), in key order.
 pub struct Files {
     pub files: Vec<(String, Vec<Bytes>)>,
     pub counts: Counts,
+    /// For the partition's next bundle.
+    pub rooms: Rooms,
 }
 
 /// The side encoders write records as the lossless Parquet format does.
@@ -89,10 +96,12 @@ pub fn table_level(c: &cdc::Change) -> String {
 }
 
 impl Bundle {
-    pub fn new(first_offset: i64) -> Self {
+    /// `rooms`: what the partition's previous bundle returned ([`Files::rooms`]), or none.
+    pub fn new(first_offset: i64, rooms: Rooms) -> Self {
         Self {
             first_offset,
             tables: BTreeMap::new(),
+            rooms,
             sides: BTreeMap::new(),
             bytes: 0,
             counts: Counts::default(),
@@ -186,13 +195,18 @@ impl Bundle {
                         _ => true,
                     });
             }
-            let t = self.tables.entry(level).or_insert_with(|| {
-                TableBuilder::new(
-                    types.cloned().unwrap_or_default(),
-                    opts.time_zone,
-                    compression,
-                )
-            });
+            let t = match self.tables.entry(level) {
+                std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::btree_map::Entry::Vacant(e) => {
+                    let room = self.rooms.remove(e.key()).unwrap_or_default();
+                    e.insert(TableBuilder::new(
+                        types.cloned().unwrap_or_default(),
+                        opts.time_zone,
+                        compression,
+                        room,
+                    ))
+                }
+            };
             t.append(&position, &c)?;
             self.counts.changes += 1;
         }
@@ -238,9 +252,11 @@ impl Bundle {
             extension: "parquet".into(),
         };
         let key = |level: &str| format!("{}{level}/{time_dir}/{name}", dir.prefix());
-        let mut files = Vec::new();
+        let (mut files, mut rooms) = (Vec::new(), Rooms::new());
         for (level, t) in self.tables {
-            files.push((key(&level), t.finish()?.into_pieces()));
+            let (file, room) = t.finish()?;
+            files.push((key(&level), file.into_pieces()));
+            rooms.insert(level, room);
         }
         for (side, e) in self.sides {
             files.push((key(side), e.finish()?.out.into_pieces()));
@@ -249,6 +265,7 @@ impl Bundle {
         Ok(Files {
             files,
             counts: self.counts,
+            rooms,
         })
     }
 }
@@ -327,7 +344,7 @@ mod tests {
     fn changes_go_to_their_tables_and_whole_messages_to_the_sides() {
         let o = opts(OnMalformed::Keep);
         let mut w = RepeatWindow::new(100);
-        let mut b = Bundle::new(40);
+        let mut b = Bundle::new(40, Rooms::new());
         let msgs = [
             r#"[{"DATABASE":"shop","GLOBAL_ID":"g1","NEW_VALUES":{"amount":"1.00"},"TABLE":"orders","TYPE":"I"},{"DATABASE":"shop","GLOBAL_ID":"g2","NEW_VALUES":{"id":"1"},"TABLE":"users","TYPE":"I"}]"#,
             // g1 again (a repeat) with a new change g3: g3 goes to the table, the message to _repeats.
@@ -391,7 +408,7 @@ mod tests {
     fn a_new_column_after_the_first_rows_were_flushed_ends_the_bundle_before_its_message() {
         let o = opts(OnMalformed::Keep);
         let mut w = RepeatWindow::new(100_000);
-        let mut b = Bundle::new(0);
+        let mut b = Bundle::new(0, Rooms::new());
         let msg = |i: usize, extra: &str| {
             format!(
                 r#"[{{"DATABASE":"shop","GLOBAL_ID":"g{i}","NEW_VALUES":{{"id":"{i}"{extra}}},"TABLE":"users","TYPE":"I"}}]"#
@@ -437,7 +454,7 @@ mod tests {
             before,
             "nothing of the message was taken"
         );
-        let mut next = Bundle::new(i as i64);
+        let mut next = Bundle::new(i as i64, Rooms::new());
         assert_eq!(
             next.push(
                 "cdc",
@@ -462,7 +479,7 @@ mod tests {
 
     #[test]
     fn a_malformed_message_stops_the_task_when_so_configured() {
-        let mut b = Bundle::new(0);
+        let mut b = Bundle::new(0, Rooms::new());
         let pushed = b
             .push(
                 "cdc",

@@ -160,6 +160,8 @@ struct PartitionWriter {
     window: Option<crate::format::cdc::RepeatWindow>,
     /// The next object ends right after this offset (no other roll before it).
     cut: Option<i64>,
+    /// CDC: the room the tables of the partition's last bundle needed.
+    rooms: super::cdc::Rooms,
 }
 
 /// What an open object is being written as.
@@ -223,6 +225,7 @@ impl Writer {
                         discarding: false,
                         window: None,
                         cut: None,
+                        rooms: Default::default(),
                     },
                 );
             }
@@ -499,7 +502,7 @@ impl PartitionWriter {
         }
         let body = if cdc.is_some() {
             Body::Cdc {
-                bundle: Bundle::new(first_offset),
+                bundle: Bundle::new(first_offset, std::mem::take(&mut self.rooms)),
                 tx,
             }
         } else {
@@ -600,6 +603,7 @@ impl PartitionWriter {
             cdc: Some(done.counts),
         };
         tracing::debug!(task = %task.name, key = %key, first, files = done.files.len(), reason = reason.as_str(), "bundle closed");
+        self.rooms = done.rooms;
         let permit = self.in_flight.acquire(bytes + state.len());
         let out = BundleOut {
             files: done.files,

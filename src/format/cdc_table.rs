@@ -29,6 +29,47 @@ pub struct Position {
     pub key: Option<bytes::Bytes>,
 }
 
+/// The room a table file's string and byte builders needed for one flush of rows, by column:
+/// the table's next file (the partition's next bundle) starts its builders with it instead of
+/// growing each from nothing, which copies what it holds at every doubling.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Room(HashMap<String, (usize, usize)>);
+
+impl Room {
+    /// Notes a flush of `rows` rows of `bytes` bytes in `column` (the largest flush counts).
+    fn note(&mut self, column: &str, rows: usize, bytes: usize) {
+        match self.0.get_mut(column) {
+            Some(r) => *r = (r.0.max(rows), r.1.max(bytes)),
+            None => {
+                self.0.insert(column.to_string(), (rows, bytes));
+            }
+        }
+    }
+
+    /// A builder for `column` with the room it needed, counted in `reserved`.
+    fn builder<T: arrow_array::types::ByteArrayType>(
+        &self,
+        column: &str,
+        reserved: &mut usize,
+    ) -> arrow_array::builder::GenericByteBuilder<T> {
+        match self.0.get(column) {
+            Some(&(rows, bytes)) => super::with_room(rows, bytes, reserved),
+            None => arrow_array::builder::GenericByteBuilder::new(),
+        }
+    }
+}
+
+/// Finishes a builder like `format::renew`, noting its room first.
+fn renew_noting<T: arrow_array::types::ByteArrayType>(
+    column: &str,
+    b: &mut arrow_array::builder::GenericByteBuilder<T>,
+    reserved: &mut usize,
+    seen: &mut Room,
+) -> arrow_array::GenericByteArray<T> {
+    seen.note(column, b.len(), b.values_slice().len());
+    super::renew(b, reserved)
+}
+
 /// One source column's values, in its declared type.
 enum Column {
     Str(StringBuilder),
@@ -42,9 +83,15 @@ enum Column {
 }
 
 impl Column {
-    fn new(ty: ColumnType) -> Result<Self, ArrowError> {
+    /// `name`: the file's column name, whose room `room` may know.
+    fn new(
+        ty: ColumnType,
+        name: &str,
+        room: &Room,
+        reserved: &mut usize,
+    ) -> Result<Self, ArrowError> {
         Ok(match ty {
-            ColumnType::String => Self::Str(StringBuilder::new()),
+            ColumnType::String => Self::Str(room.builder(name, reserved)),
             ColumnType::Int => Self::Int(Int32Builder::new()),
             ColumnType::BigInt => Self::BigInt(Int64Builder::new()),
             ColumnType::Double => Self::Double(Float64Builder::new()),
@@ -111,9 +158,9 @@ impl Column {
         Ok(())
     }
 
-    fn finish(&mut self, reserved: &mut usize) -> ArrayRef {
+    fn finish(&mut self, name: &str, reserved: &mut usize, seen: &mut Room) -> ArrayRef {
         match self {
-            Self::Str(b) => Arc::new(super::renew(b, reserved)),
+            Self::Str(b) => Arc::new(renew_noting(name, b, reserved, seen)),
             Self::Int(b) => Arc::new(b.finish()),
             Self::BigInt(b) => Arc::new(b.finish()),
             Self::Double(b) => Arc::new(b.finish()),
@@ -176,6 +223,7 @@ impl Side {
         values: &Values<'_>,
         rows: usize,
         types: &BTreeMap<String, ColumnType>,
+        (room, reserved): (&Room, &mut usize),
     ) -> Result<(), ArrowError> {
         self.row.clear();
         self.seq += 1;
@@ -187,7 +235,8 @@ impl Side {
                         .get(name.as_ref())
                         .copied()
                         .unwrap_or(ColumnType::String);
-                    let mut fresh = Column::new(ty)?;
+                    let column = format!("{}_{name}", self.prefix);
+                    let mut fresh = Column::new(ty, &column, room, reserved)?;
                     fresh.append_nulls(rows);
                     self.names.push(name.to_string());
                     self.types.push(ty);
@@ -256,6 +305,10 @@ pub struct TableBuilder {
     /// `format::renew`); the pending rows' bytes live in it.
     reserved: usize,
     compression: super::Compression,
+    /// The room the previous file of this table needed (for columns first seen here).
+    room: Room,
+    /// The room this file's flushes needed, for the next file.
+    seen: Room,
     /// Rows flushed so far go here; its schema is fixed from the first flush on.
     writer: Option<parquet::arrow::ArrowWriter<super::Pieces>>,
 }
@@ -293,36 +346,42 @@ const TEXTS: [&str; 7] = [
 ];
 
 impl TableBuilder {
-    /// `types`: the config's declarations for this table (other columns are strings).
+    /// `types`: the config's declarations for this table (other columns are strings). `room`:
+    /// what the table's previous file needed ([`Self::finish`]), or none.
     pub fn new(
         types: BTreeMap<String, ColumnType>,
         tz: Tz,
         compression: super::Compression,
+        room: Room,
     ) -> Self {
+        let mut reserved = 0;
+        let r = &mut reserved;
         Self {
             compression,
             writer: None,
             types,
             tz,
             rows: 0,
-            topic: StringBuilder::new(),
+            topic: room.builder("topic", r),
             partition: Int32Builder::new(),
             offset: Int64Builder::new(),
             kafka_timestamp: TimestampMillisecondBuilder::new().with_timezone("UTC"),
             change_index: Int32Builder::new(),
             time: TimestampMillisecondBuilder::new().with_timezone("UTC"),
-            texts: std::array::from_fn(|_| StringBuilder::new()),
+            texts: TEXTS.map(|name| room.builder(name, r)),
             logical_clock: Int64Builder::new(),
-            kafka_key: BinaryBuilder::new(),
-            source_offset: StringBuilder::new(),
+            kafka_key: room.builder("kafka_key", r),
+            source_offset: room.builder("source_offset", r),
             new: Side::new("new"),
             old: Side::new("old"),
-            errors: StringBuilder::new(),
-            nulls: StringBuilder::new(),
+            errors: room.builder("errors", r),
+            nulls: room.builder("null_columns", r),
             problems: String::new(),
             null_names: String::new(),
             bytes: 0,
-            reserved: 0,
+            reserved,
+            room,
+            seen: Room::default(),
         }
     }
 
@@ -381,7 +440,7 @@ impl TableBuilder {
             let Some(values) = values else {
                 continue;
             };
-            side.place(values, rows, &self.types)?;
+            side.place(values, rows, &self.types, (&self.room, &mut self.reserved))?;
             for (&i, (col, v)) in side.row.iter().zip(&values.0) {
                 if i == usize::MAX {
                     continue;
@@ -442,27 +501,28 @@ impl TableBuilder {
             None => self.writer.insert(parquet::arrow::ArrowWriter::try_new(
                 super::Pieces::default(),
                 batch.schema(),
-                Some(properties(self.compression, self.tz, &free_text(&batch))?),
+                Some(properties(self.compression, self.tz, &value_kinds(&batch))?),
             )?),
         };
         w.write(&batch)?;
         Ok(())
     }
 
-    /// The finished Parquet file.
-    pub fn finish(mut self) -> Result<super::Pieces, super::EncodeError> {
+    /// The finished Parquet file, and the room its builders needed (for the table's next file).
+    pub fn finish(mut self) -> Result<(super::Pieces, Room), super::EncodeError> {
         if self.rows > 0 || self.writer.is_none() {
             self.flush()?;
         }
-        match self.writer.take() {
-            Some(w) => Ok(w.into_inner()?),
-            None => Ok(super::Pieces::default()),
-        }
+        let file = match self.writer.take() {
+            Some(w) => w.into_inner()?,
+            None => super::Pieces::default(),
+        };
+        Ok((file, self.seen))
     }
 
     /// The pending rows as one batch (the builders start over, with room for as many again).
     fn batch(&mut self) -> Result<RecordBatch, ArrowError> {
-        let reserved = &mut self.reserved;
+        let (reserved, seen) = (&mut self.reserved, &mut self.seen);
         *reserved = 0;
         let mut fields = vec![
             Field::new("topic", DataType::Utf8, false),
@@ -473,7 +533,7 @@ impl TableBuilder {
             Field::new("time", utc_ms(), true),
         ];
         let mut cols: Vec<ArrayRef> = vec![
-            Arc::new(super::renew(&mut self.topic, reserved)),
+            Arc::new(renew_noting("topic", &mut self.topic, reserved, seen)),
             Arc::new(self.partition.finish()),
             Arc::new(self.offset.finish()),
             Arc::new(self.kafka_timestamp.finish()),
@@ -491,23 +551,43 @@ impl TableBuilder {
                 DataType::Utf8,
                 !matches!(*name, "table" | "type"),
             ));
-            cols.push(Arc::new(super::renew(b, reserved)));
+            cols.push(Arc::new(renew_noting(name, b, reserved, seen)));
         }
         fields.push(Field::new("kafka_key", DataType::Binary, true));
-        cols.push(Arc::new(super::renew(&mut self.kafka_key, reserved)));
+        cols.push(Arc::new(renew_noting(
+            "kafka_key",
+            &mut self.kafka_key,
+            reserved,
+            seen,
+        )));
         fields.push(Field::new("source_offset", DataType::Utf8, true));
-        cols.push(Arc::new(super::renew(&mut self.source_offset, reserved)));
+        cols.push(Arc::new(renew_noting(
+            "source_offset",
+            &mut self.source_offset,
+            reserved,
+            seen,
+        )));
         for side in [&mut self.new, &mut self.old] {
             for i in side.sorted() {
                 let name = format!("{}_{}", side.prefix, side.names[i]);
+                cols.push(side.columns[i].finish(&name, reserved, seen));
                 fields.push(Field::new(name, arrow_type(side.types[i]), true));
-                cols.push(side.columns[i].finish(reserved));
             }
         }
         fields.push(Field::new("errors", DataType::Utf8, true));
-        cols.push(Arc::new(super::renew(&mut self.errors, reserved)));
+        cols.push(Arc::new(renew_noting(
+            "errors",
+            &mut self.errors,
+            reserved,
+            seen,
+        )));
         fields.push(Field::new("null_columns", DataType::Utf8, true));
-        cols.push(Arc::new(super::renew(&mut self.nulls, reserved)));
+        cols.push(Arc::new(renew_noting(
+            "null_columns",
+            &mut self.nulls,
+            reserved,
+            seen,
+        )));
         RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
     }
 }
@@ -540,9 +620,25 @@ fn is_free_text(bytes: usize, values: usize) -> bool {
     values > 0 && bytes > FREE_TEXT_BYTES * values
 }
 
-/// The `new_`/`old_` string columns of a file's first rows that hold free text (judged once, as
-/// the file's settings are fixed with its first rows).
-fn free_text(batch: &RecordBatch) -> Vec<String> {
+/// Whether a dictionary pays on a column whose first rows hold `distinct` different values among
+/// `values`: when most are different (ids, amounts, times), it is hashed and then written
+/// beside indexes that save nothing.
+fn dictionary_pays(values: usize, distinct: usize) -> bool {
+    distinct * 2 <= values
+}
+
+/// How a value column is written, as its file's first rows show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Free text: neither statistics nor a dictionary.
+    FreeText,
+    /// Mostly different values: statistics, no dictionary.
+    Distinct,
+}
+
+/// The `new_`/`old_` string columns of a file's first rows that are free text or mostly
+/// distinct (judged once, as the file's settings are fixed with its first rows).
+fn value_kinds(batch: &RecordBatch) -> Vec<(String, Kind)> {
     use arrow_array::cast::AsArray;
     use arrow_array::Array;
     batch
@@ -554,18 +650,29 @@ fn free_text(batch: &RecordBatch) -> Vec<String> {
         .filter_map(|(f, a)| {
             let s = a.as_string_opt::<i32>()?;
             let values = s.len() - s.null_count();
-            is_free_text(s.value_data().len(), values).then(|| f.name().clone())
+            let kind = if is_free_text(s.value_data().len(), values) {
+                Kind::FreeText
+            } else {
+                let distinct: std::collections::HashSet<&str, foldhash::fast::RandomState> =
+                    s.iter().flatten().collect();
+                if dictionary_pays(values, distinct.len()) {
+                    return None;
+                }
+                Kind::Distinct
+            };
+            Some((f.name().clone(), kind))
         })
         .collect()
 }
 
 /// A table file's writer settings: the task's codec, marked as CDC (with its time zone), page
 /// statistics on (analysts filter on these columns) except on free text, dictionaries on the
-/// columns that repeat, and the plain encoder's page size.
+/// columns that repeat (value columns: as their first rows show), and the plain encoder's page
+/// size.
 fn properties(
     compression: super::Compression,
     tz: Tz,
-    free_text: &[String],
+    kinds: &[(String, Kind)],
 ) -> Result<parquet::file::properties::WriterProperties, super::EncodeError> {
     use parquet::file::properties::EnabledStatistics;
     use parquet::schema::types::ColumnPath;
@@ -575,10 +682,14 @@ fn properties(
     for col in UNIQUE {
         b = b.set_column_dictionary_enabled(ColumnPath::from(col), false);
     }
-    for col in free_text {
-        b = b
-            .set_column_dictionary_enabled(ColumnPath::from(col.as_str()), false)
-            .set_column_statistics_enabled(ColumnPath::from(col.as_str()), EnabledStatistics::None);
+    for (col, kind) in kinds {
+        b = b.set_column_dictionary_enabled(ColumnPath::from(col.as_str()), false);
+        if *kind == Kind::FreeText {
+            b = b.set_column_statistics_enabled(
+                ColumnPath::from(col.as_str()),
+                EnabledStatistics::None,
+            );
+        }
     }
     Ok(b.build())
 }
@@ -840,7 +951,12 @@ mod tests {
     #[test]
     fn a_table_file_has_metadata_then_new_and_old_columns_in_declared_types() {
         let types = id_and_amount();
-        let mut s = TableBuilder::new(types, Tz::UTC, super::super::Compression::Snappy);
+        let mut s = TableBuilder::new(
+            types,
+            Tz::UTC,
+            super::super::Compression::Snappy,
+            Room::default(),
+        );
         let mut all = rows(
             r#"[{"TIME":"20240101000000","GLOBAL_ID":"g1","DATABASE":"shop","TABLE":"orders","TYPE":"I","LOGICAL_CLOCK":"5","NEW_VALUES":{"id":"7","amount":"12.30","note":"hi"}}]"#,
             40,
@@ -853,7 +969,7 @@ mod tests {
             s.append(p, c).unwrap();
         }
         // It is a Parquet file as it is: read it back with the plain reader.
-        let file = s.finish().unwrap().to_bytes();
+        let file = s.finish().unwrap().0.to_bytes();
         let mut back: Vec<RecordBatch> =
             parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
                 .unwrap()
@@ -905,7 +1021,12 @@ mod tests {
 
     #[test]
     fn values_land_in_their_columns_whatever_their_order_across_flushes() {
-        let mut s = TableBuilder::new(BTreeMap::new(), Tz::UTC, super::super::Compression::Snappy);
+        let mut s = TableBuilder::new(
+            BTreeMap::new(),
+            Tz::UTC,
+            super::super::Compression::Snappy,
+            Room::default(),
+        );
         // More rows than one flush holds; the values' order changes every 3rd row, a new
         // column comes in on row 5, and every 1000th row sends `b` twice (its last value counts).
         let n = FLUSH_ROWS as i64 + 500;
@@ -922,7 +1043,7 @@ mod tests {
                 s.append(&p, &c).unwrap();
             }
         }
-        let back = decode(s.finish().unwrap().to_bytes(), 1 << 30).unwrap();
+        let back = decode(s.finish().unwrap().0.to_bytes(), 1 << 30).unwrap();
         assert_eq!(back.len(), n as usize);
         for (i, f) in back.iter().enumerate() {
             let v = f.change.new_values.as_ref().unwrap();
@@ -940,19 +1061,25 @@ mod tests {
 
     #[test]
     fn dictionaries_only_on_the_columns_that_repeat_and_no_statistics_on_free_text() {
-        let mut s = TableBuilder::new(BTreeMap::new(), Tz::UTC, super::super::Compression::Snappy);
+        let mut s = TableBuilder::new(
+            BTreeMap::new(),
+            Tz::UTC,
+            super::super::Compression::Snappy,
+            Room::default(),
+        );
         for i in 0..100 {
             // A note of 65 bytes or more on average is free text; 64 is not.
             let (note, short) = ("n".repeat(60 + i as usize % 10), "s".repeat(64));
             let msg = format!(
-                r#"[{{"TIME":"20240101000000","GLOBAL_ID":"g{i}","DATABASE":"shop","TABLE":"orders","TYPE":"I","LOGICAL_CLOCK":"{i}","NEW_VALUES":{{"id":"{i}","note":"{note}","code":"{short}"}}}}]"#
+                r#"[{{"TIME":"20240101000000","GLOBAL_ID":"g{i}","DATABASE":"shop","TABLE":"orders","TYPE":"I","LOGICAL_CLOCK":"{i}","NEW_VALUES":{{"id":"{i}","note":"{note}","code":"{short}","status":"s{}"}}}}]"#,
+                i % 3
             );
             for (p, c) in rows(&msg, i) {
                 s.append(&p, &c).unwrap();
             }
         }
         use parquet::file::reader::FileReader;
-        let file = s.finish().unwrap().to_bytes();
+        let file = s.finish().unwrap().0.to_bytes();
         let reader = parquet::file::reader::SerializedFileReader::new(file).unwrap();
         let group = reader.metadata().row_group(0);
         let dictionary = |name: &str| {
@@ -967,10 +1094,21 @@ mod tests {
         for col in UNIQUE {
             assert!(!dictionary(col), "{col} has a dictionary");
         }
-        for col in ["topic", "table", "type", "database", "new_id", "new_code"] {
+        for col in [
+            "topic",
+            "table",
+            "type",
+            "database",
+            "new_code",
+            "new_status",
+        ] {
             assert!(dictionary(col), "{col} has no dictionary");
         }
         assert!(!dictionary("new_note"), "free text has a dictionary");
+        assert!(
+            !dictionary("new_id"),
+            "a column of distinct values has a dictionary"
+        );
         let statistics = |name: &str| {
             group
                 .columns()
@@ -978,10 +1116,44 @@ mod tests {
                 .find(|c| c.column_path().string() == name)
                 .is_some_and(|c| c.statistics().is_some())
         };
-        for col in ["new_id", "new_code", "global_id", "time"] {
+        for col in ["new_id", "new_code", "new_status", "global_id", "time"] {
             assert!(statistics(col), "{col} has no statistics");
         }
         assert!(!statistics("new_note"), "free text has statistics");
+    }
+
+    #[test]
+    fn a_tables_next_file_starts_with_the_room_its_last_one_needed() {
+        let fill = |s: &mut TableBuilder, from: i64| {
+            for i in from..from + 50 {
+                let note = "n".repeat(100);
+                let msg = format!(
+                    r#"[{{"GLOBAL_ID":"g{i}","DATABASE":"shop","TABLE":"orders","TYPE":"I","NEW_VALUES":{{"id":"{i}","note":"{note}"}}}}]"#
+                );
+                for (p, c) in rows(&msg, i) {
+                    s.append(&p, &c).unwrap();
+                }
+            }
+        };
+        let compression = super::super::Compression::Snappy;
+        let mut first = TableBuilder::new(BTreeMap::new(), Tz::UTC, compression, Room::default());
+        fill(&mut first, 0);
+        let (_, room) = first.finish().unwrap();
+        assert_eq!(room.0.get("new_note"), Some(&(50, 5000)));
+        assert_eq!(room.0.get("topic"), Some(&(50, 50 * "cdc.shop".len())));
+        assert_eq!(room.0.get("global_id").map(|r| r.0), Some(50));
+        // The next file's builders start with that room (and a quarter), counted as held.
+        let mut next = TableBuilder::new(BTreeMap::new(), Tz::UTC, compression, room);
+        let at_start = next.memory_bytes();
+        assert!(at_start >= 50 * "cdc.shop".len() * 5 / 4, "{at_start}");
+        fill(&mut next, 50);
+        let (file, _) = next.finish().unwrap();
+        let back = decode(file.to_bytes(), 1 << 30).unwrap();
+        assert_eq!(back.len(), 50);
+        assert_eq!(back[7].offset, 57);
+        let values = back[7].change.new_values.as_ref().unwrap();
+        assert_eq!(values["note"].as_deref(), Some("n".repeat(100).as_str()));
+        assert_eq!(values["id"].as_deref(), Some("57"));
     }
 
     #[test]
@@ -993,6 +1165,14 @@ mod tests {
     }
 
     #[test]
+    fn a_dictionary_pays_when_at_most_half_the_values_differ() {
+        assert!(dictionary_pays(0, 0));
+        assert!(dictionary_pays(100, 50));
+        assert!(!dictionary_pays(100, 51));
+        assert!(!dictionary_pays(8192, 8192));
+    }
+
+    #[test]
     fn plain_messages_come_back_from_table_files_byte_for_byte() {
         // Canonical form: compact, keys sorted. Nulls, typed values, OFFSET, a schema, deletes.
         let msgs = [
@@ -1000,7 +1180,12 @@ mod tests {
             r#"[{"DATABASE":"shop","GLOBAL_ID":"g2","NEW_VALUES":{"amount":"13.00","id":"7"},"OLD_VALUES":{"amount":"12.30","id":"7"},"SCHEMA":"public","TABLE":"orders","TYPE":"U"},{"DATABASE":"shop","GLOBAL_ID":"g3","OLD_VALUES":{"amount":"1.00","id":"8"},"SCHEMA":"public","TABLE":"orders","TYPE":"D"}]"#,
         ];
         let types = id_and_amount();
-        let mut s = TableBuilder::new(types, Tz::UTC, super::super::Compression::Zstd);
+        let mut s = TableBuilder::new(
+            types,
+            Tz::UTC,
+            super::super::Compression::Zstd,
+            Room::default(),
+        );
         for (i, m) in msgs.iter().enumerate() {
             let p = super::super::cdc::parse(m.as_bytes(), Tz::UTC).unwrap();
             assert!(p.plain, "{m}");
@@ -1015,7 +1200,7 @@ mod tests {
                 s.append(&at, &c).unwrap();
             }
         }
-        let data = s.finish().unwrap().to_bytes();
+        let data = s.finish().unwrap().0.to_bytes();
         assert!(is_table_file(&data));
         let back = decode(data, 1 << 30).unwrap();
         assert_eq!(back.len(), 3);

@@ -683,24 +683,29 @@ fn too_large(limit: u64) -> DecodeError {
     )
 }
 
+/// A builder of strings or bytes with room for `rows` rows of `bytes` bytes and a quarter more
+/// (the next batch is rarely the same size, and one byte more than the room doubles, and copies,
+/// the whole buffer). Adds its capacity to `reserved`.
+fn with_room<T: arrow_array::types::ByteArrayType>(
+    rows: usize,
+    bytes: usize,
+    reserved: &mut usize,
+) -> arrow_array::builder::GenericByteBuilder<T> {
+    let (rows, bytes) = (rows + rows / 4, bytes + bytes / 4);
+    *reserved += bytes + (rows + 1) * std::mem::size_of::<T::Offset>();
+    arrow_array::builder::GenericByteBuilder::with_capacity(rows, bytes)
+}
+
 /// Finishes a builder of strings or bytes and leaves in its place one with room for as much
-/// again and a quarter, so the next batch of rows fills buffers allocated once: a builder grown from nothing
-/// copies all it holds at every doubling (a tenth of a CDC dump's CPU went to that). Adds the
-/// new builder's capacity to `reserved`.
+/// again ([`with_room`]), so the next batch of rows fills buffers allocated once: a builder grown
+/// from nothing copies all it holds at every doubling (a tenth of a CDC dump's CPU went to that).
 fn renew<T: arrow_array::types::ByteArrayType>(
     b: &mut arrow_array::builder::GenericByteBuilder<T>,
     reserved: &mut usize,
 ) -> arrow_array::GenericByteArray<T> {
     use arrow_array::builder::ArrayBuilder as _;
-    // A quarter more: the next batch is rarely the same size, and one byte more than the room
-    // doubles (and copies) the whole buffer.
-    let (rows, bytes) = (b.len() + b.len() / 4, b.values_slice().len() * 5 / 4);
-    *reserved += bytes + (rows + 1) * std::mem::size_of::<T::Offset>();
-    std::mem::replace(
-        b,
-        arrow_array::builder::GenericByteBuilder::with_capacity(rows, bytes),
-    )
-    .finish()
+    let fresh = with_room(b.len(), b.values_slice().len(), reserved);
+    std::mem::replace(b, fresh).finish()
 }
 
 #[cfg(test)]
