@@ -270,12 +270,14 @@ impl Bundle {
     }
 }
 
-/// A partition's repeat window as stored with its bundles, for the offset it holds up to.
+/// A partition's repeat window as stored with its bundles, for the offset it holds up to; read
+/// with owned ids, written with ids borrowed from the window (`WindowState<&str>`: a bundle's
+/// close writes up to `repeat_window` of them).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WindowState {
+pub struct WindowState<S = String> {
     /// The window holds the ids of every change before this offset.
     pub next_offset: i64,
-    pub ids: Vec<String>,
+    pub ids: Vec<S>,
 }
 
 /// Where the window state for `next` lives: `<dir>/.strata/cdc/<topic>/<partition>/<next>.json`.
@@ -523,5 +525,21 @@ mod tests {
         assert_eq!(state_for(&keys, 99), Some(&keys[0]));
         assert_eq!(state_for(&keys[1..], 50), None);
         assert_eq!(window_offset("d/.strata/cdc/t/1/x.json"), None);
+    }
+
+    #[test]
+    fn a_window_state_written_from_the_window_reads_back_whole() {
+        let mut w = RepeatWindow::new(3);
+        for id in ["a", "b\"q\"", "c", "d"] {
+            w.check(id);
+        }
+        let json = serde_json::to_vec(&WindowState {
+            next_offset: 9,
+            ids: w.state().collect(),
+        })
+        .unwrap();
+        let back: WindowState = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back.next_offset, 9);
+        assert_eq!(back.ids, ["b\"q\"", "c", "d"]);
     }
 }

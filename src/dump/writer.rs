@@ -574,7 +574,7 @@ impl PartitionWriter {
         let (key, period, last_offset) = (o.key.as_str(), o.period, o.last_offset);
         let window = WindowState {
             next_offset: last_offset + 1,
-            ids: w.state().map(str::to_string).collect(),
+            ids: w.state().collect(),
         };
         let first = bundle.first_offset;
         let tp_topic = self.tp.topic.clone();
