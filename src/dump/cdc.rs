@@ -171,11 +171,11 @@ impl Bundle {
         let mut plain = parsed.plain && r.headers.is_empty();
         let mut repeated = 0u64;
         let position = Position {
-            topic: topic.to_string(),
+            topic,
             partition: r.partition,
             offset: r.offset,
             timestamp: r.timestamp,
-            key: r.key.map(bytes::Bytes::copy_from_slice),
+            key: r.key,
         };
         for (c, level) in parsed.changes.into_iter().zip(levels) {
             if c.global_id.as_deref().is_some_and(|id| window.check(id)) {

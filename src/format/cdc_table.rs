@@ -18,15 +18,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-/// Where a change came from in Kafka.
+/// Where a change came from in Kafka (borrowed from the message: every message has one).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Position {
-    pub topic: String,
+pub struct Position<'a> {
+    pub topic: &'a str,
     pub partition: i32,
     pub offset: i64,
     pub timestamp: Option<i64>,
     /// The message's key.
-    pub key: Option<bytes::Bytes>,
+    pub key: Option<&'a [u8]>,
 }
 
 /// The room a table file's string and byte builders needed for one flush of rows, by column:
@@ -405,7 +405,7 @@ impl TableBuilder {
 
     /// Adds one change as a row (the caller checked [`Self::fits`]).
     pub fn append(&mut self, p: &Position, c: &Change) -> Result<(), super::EncodeError> {
-        self.topic.append_value(&p.topic);
+        self.topic.append_value(p.topic);
         self.partition.append_value(p.partition);
         self.offset.append_value(p.offset);
         self.kafka_timestamp.append_option(p.timestamp);
@@ -426,10 +426,9 @@ impl TableBuilder {
             b.append_option(v);
         }
         self.logical_clock.append_option(c.logical_clock);
-        self.kafka_key.append_option(p.key.as_deref());
+        self.kafka_key.append_option(p.key);
         self.source_offset.append_option(c.offset_json.as_deref());
-        self.bytes +=
-            p.key.as_ref().map_or(0, |k| k.len()) + c.offset_json.as_ref().map_or(0, |o| o.len());
+        self.bytes += p.key.map_or(0, <[u8]>::len) + c.offset_json.as_ref().map_or(0, |o| o.len());
         self.problems.clear();
         self.null_names.clear();
         let (rows, tz) = (self.rows, self.tz);
@@ -915,14 +914,14 @@ mod tests {
     use arrow_array::types::{Decimal128Type, Int32Type};
     use arrow_array::Array;
 
-    fn rows(msg: &str, offset: i64) -> Vec<(Position, Change<'_>)> {
+    fn rows(msg: &str, offset: i64) -> Vec<(Position<'static>, Change<'_>)> {
         parse_message(msg.as_bytes(), Tz::UTC)
             .unwrap()
             .into_iter()
             .map(|c| {
                 (
                     Position {
-                        topic: "cdc.shop".into(),
+                        topic: "cdc.shop",
                         partition: 2,
                         offset,
                         timestamp: Some(1_700_000_000_000),
@@ -1191,11 +1190,11 @@ mod tests {
             assert!(p.plain, "{m}");
             for c in p.changes {
                 let at = Position {
-                    topic: "t".into(),
+                    topic: "t",
                     partition: 0,
                     offset: i as i64,
                     timestamp: Some(5),
-                    key: Some(bytes::Bytes::from_static(b"k")),
+                    key: Some(b"k"),
                 };
                 s.append(&at, &c).unwrap();
             }
