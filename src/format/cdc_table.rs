@@ -933,6 +933,16 @@ mod tests {
             .collect()
     }
 
+    /// A table of strings only, Snappy-compressed, with no room carried over.
+    fn untyped() -> TableBuilder {
+        TableBuilder::new(
+            BTreeMap::new(),
+            Tz::UTC,
+            super::super::Compression::Snappy,
+            Room::default(),
+        )
+    }
+
     /// `id` an int, `amount` a decimal(10,2); other columns strings.
     fn id_and_amount() -> BTreeMap<String, ColumnType> {
         BTreeMap::from([
@@ -1020,12 +1030,7 @@ mod tests {
 
     #[test]
     fn values_land_in_their_columns_whatever_their_order_across_flushes() {
-        let mut s = TableBuilder::new(
-            BTreeMap::new(),
-            Tz::UTC,
-            super::super::Compression::Snappy,
-            Room::default(),
-        );
+        let mut s = untyped();
         // More rows than one flush holds; the values' order changes every 3rd row, a new
         // column comes in on row 5, and every 1000th row sends `b` twice (its last value counts).
         let n = FLUSH_ROWS as i64 + 500;
@@ -1060,12 +1065,7 @@ mod tests {
 
     #[test]
     fn dictionaries_only_on_the_columns_that_repeat_and_no_statistics_on_free_text() {
-        let mut s = TableBuilder::new(
-            BTreeMap::new(),
-            Tz::UTC,
-            super::super::Compression::Snappy,
-            Room::default(),
-        );
+        let mut s = untyped();
         for i in 0..100 {
             // A note of 65 bytes or more on average is free text; 64 is not.
             let (note, short) = ("n".repeat(60 + i as usize % 10), "s".repeat(64));
