@@ -217,13 +217,14 @@ impl Side {
     }
 
     /// Works out `values`' columns into `self.row` (adding new ones, null for the `rows`
-    /// pending before).
+    /// pending before, with the room `room` knows for them, counted in `reserved`).
     fn place(
         &mut self,
         values: &Values<'_>,
         rows: usize,
         types: &BTreeMap<String, ColumnType>,
-        (room, reserved): (&Room, &mut usize),
+        room: &Room,
+        reserved: &mut usize,
     ) -> Result<(), ArrowError> {
         self.row.clear();
         self.seq += 1;
@@ -439,7 +440,7 @@ impl TableBuilder {
             let Some(values) = values else {
                 continue;
             };
-            side.place(values, rows, &self.types, (&self.room, &mut self.reserved))?;
+            side.place(values, rows, &self.types, &self.room, &mut self.reserved)?;
             for (&i, (col, v)) in side.row.iter().zip(&values.0) {
                 if i == usize::MAX {
                     continue;
