@@ -1168,6 +1168,19 @@ async fn api_handoff_of_cache_files() {
         read_handoff(&h).unwrap(),
         original[start as usize..start as usize + 200_000]
     );
+    // Asked to, a handoff covers more than `max_bytes` (the bridge keeps it for the broker's
+    // next fetches); bytes, over TCP, stay within `max_bytes`.
+    let ahead = serde_json::json!({"segment": seg, "start_position": start,
+        "end_position": null, "max_bytes": 100_000, "handoff": true,
+        "handoff_max_bytes": 200_000})
+    .to_string();
+    let r = u.call("POST", "/v1/fetch", ahead.as_bytes()).await;
+    let wide = parse(&r).unwrap();
+    assert_eq!((wide.len, wide.partial), (200_000, false), "{wide:?}");
+    assert_eq!(read_handoff(&wide).unwrap(), read_handoff(&h).unwrap());
+    let r = t.call("POST", "/v1/fetch", ahead.as_bytes()).await;
+    assert!(parse(&r).is_none());
+    assert!(r.body == original[start as usize..start as usize + 100_000]);
     // A window running into a chunk not on disk is cut there, marked partial.
     let r = fetch_handoff(&mut u, &seg, start, 1 << 20, None).await;
     let h2 = parse(&r).unwrap();

@@ -502,7 +502,8 @@ async fn fetch(
         .request_slot("fetch", REQUEST_WAIT)
         .await
         .map_err(fail("fetch"))?;
-    let handoff = req.handoff && t.handoff && transport == Transport::Unix;
+    let handoff = (req.handoff && t.handoff && transport == Transport::Unix)
+        .then_some(req.handoff_max_bytes.or(req.max_bytes));
     let read = match t
         .reader
         .read(&req.segment, start, end, req.max_bytes, handoff)

@@ -219,19 +219,20 @@ impl Reader {
     /// most `max_bytes` of them. Prefetching and looking ahead follow the whole range, so a
     /// reader that takes it in windows finds the next chunks (and segment) on their way.
     ///
-    /// With `handoff`, the window may be answered as cache files for the bridge to read
-    /// instead ([`SegmentStream::handoff`]).
+    /// With `handoff: Some(n)`, the first `n` bytes (`None`: the window) may be answered as
+    /// cache files for the bridge to read instead ([`SegmentStream::handoff`]).
     pub async fn read(
         self: &Arc<Self>,
         seg: &SegmentMetadata,
         start: u64,
         end: Option<u64>,
         max_bytes: Option<u64>,
-        handoff: bool,
+        handoff: Option<Option<u64>>,
     ) -> Result<Answer, TierError> {
-        let (mut stream, window) = self.stream(seg, start, end, max_bytes).await?;
-        if handoff {
-            if let Some(h) = stream.handoff(&window) {
+        let (mut stream, window, plan) = self.stream(seg, start, end, max_bytes).await?;
+        if let Some(handoff_max) = handoff {
+            let files = handoff_max.map_or_else(|| window.clone(), |n| plan.first_bytes(n));
+            if let Some(h) = stream.handoff(&files) {
                 return Ok(Answer::Files(h));
             }
         }
@@ -260,14 +261,15 @@ impl Reader {
         Ok(Answer::Bytes(SegmentRead { len, body }))
     }
 
-    /// The state of one read of `start..=end` (at most `max_bytes` of it), and its window.
+    /// The state of one read of `start..=end` (at most `max_bytes` of it), its window and the
+    /// whole read.
     async fn stream(
         self: &Arc<Self>,
         seg: &SegmentMetadata,
         start: u64,
         end: Option<u64>,
         max_bytes: Option<u64>,
-    ) -> Result<(SegmentStream, ReadPlan), TierError> {
+    ) -> Result<(SegmentStream, ReadPlan, ReadPlan), TierError> {
         let (keys, m) = self.manifest(seg).await?;
         let plan = m.layout().plan(start, end).map_err(|e| {
             TierError::BadRequest(super::protocol::FieldError {
@@ -295,7 +297,7 @@ impl Reader {
             served: 0,
             started: std::time::Instant::now(),
         };
-        Ok((stream, window))
+        Ok((stream, window, plan))
     }
 
     /// Drops a cache file the bridge found damaged.

@@ -327,6 +327,11 @@ pub struct FetchRequest {
     /// the window starts in a chunk cached on disk (honoured over the Unix socket only).
     #[serde(default)]
     pub handoff: bool,
+    /// With `handoff`: a handoff may cover up to this many bytes, more than `max_bytes` (the
+    /// bridge keeps the answer for the broker's next fetches of the segment, which then need
+    /// no request); bytes over the socket stay within `max_bytes`. `None`: `max_bytes`.
+    #[serde(default)]
+    pub handoff_max_bytes: Option<u64>,
     /// A cache file a handoff named whose bytes failed the bridge's check: dropped, so the
     /// chunk is fetched from the store again.
     #[serde(default)]
@@ -366,11 +371,16 @@ impl FetchRequest {
     /// The byte range as unsigned positions: `(start, inclusive end)`; also checks `max_bytes`.
     pub fn check(&self) -> Result<(u64, Option<u64>), FieldError> {
         self.segment.check()?;
-        if self.max_bytes == Some(0) {
-            return Err(FieldError::new(
-                "max_bytes",
-                "is 0; it must be at least 1 (or absent for the whole range)".to_string(),
-            ));
+        for (field, n) in [
+            ("max_bytes", self.max_bytes),
+            ("handoff_max_bytes", self.handoff_max_bytes),
+        ] {
+            if n == Some(0) {
+                return Err(FieldError::new(
+                    field,
+                    "is 0; it must be at least 1 (or absent)".to_string(),
+                ));
+            }
         }
         let start = u64::try_from(self.start_position).map_err(|_| {
             FieldError::new(
@@ -514,6 +524,7 @@ mod tests {
             end_position: end,
             max_bytes: None,
             handoff: false,
+            handoff_max_bytes: None,
             damaged_file: None,
         };
         assert_eq!(req(0, None).check().unwrap(), (0, None));
@@ -527,6 +538,11 @@ mod tests {
             ..req(7, None)
         };
         assert_eq!(zero.check().unwrap_err().field, "max_bytes");
+        let zero = FetchRequest {
+            handoff_max_bytes: Some(0),
+            ..req(7, None)
+        };
+        assert_eq!(zero.check().unwrap_err().field, "handoff_max_bytes");
         let parsed: FetchRequest = serde_json::from_str(&format!(
             r#"{{"segment": {SEGMENT}, "start_position": 3, "end_position": null}}"#
         ))

@@ -20,6 +20,7 @@ import java.nio.file.attribute.BasicFileAttributes;
 import java.nio.file.attribute.PosixFileAttributes;
 import java.nio.file.attribute.PosixFilePermission;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -226,6 +227,36 @@ final class Handoff implements FetchStream.Window {
     @Override
     public boolean endsRange() {
         return !partial && len < asked;
+    }
+
+    /**
+     * This answer's bytes from {@code skip} on, at most {@code want} of them, as a window of its
+     * own to read ({@code null} when none are left). The pieces keep their files and the
+     * checksums of the blocks they still touch; the window goes on past its end (is partial)
+     * unless this answer ended the range there.
+     */
+    Handoff slice(long skip, long want) {
+        if (skip < 0 || skip >= len || want < 1) {
+            return null;
+        }
+        long total = Math.min(want, len - skip);
+        List<Piece> out = new ArrayList<>();
+        long at = 0;
+        long left = total;
+        for (Piece p : pieces) {
+            long from = Math.max(skip - at, 0);
+            at += p.len;
+            if (from >= p.len || left == 0) {
+                continue;
+            }
+            long n = Math.min(p.len - from, left);
+            long offset = p.offset + from;
+            int first = (int) (offset / blockSize - p.offset / blockSize);
+            int last = (int) ((offset + n - 1) / blockSize - p.offset / blockSize);
+            out.add(new Piece(p.file, p.size, offset, n, Arrays.copyOfRange(p.crcs, first, last + 1)));
+            left -= n;
+        }
+        return new Handoff(dir, blockSize, total, total < want && !endsRange(), out, want);
     }
 
     @Override

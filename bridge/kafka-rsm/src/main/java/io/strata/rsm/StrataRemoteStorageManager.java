@@ -61,6 +61,8 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
 
     private volatile BridgeConfig config;
     private volatile TierHttp http;
+    /** Recent handoff answers, for the broker's next fetches of their segments. */
+    private final HandoffCache answers = new HandoffCache();
 
     public StrataRemoteStorageManager() {
     }
@@ -264,11 +266,12 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
     }
 
     static String fetchRequestJson(String segmentJson, long startPosition, long endPosition, long maxBytes,
-                                   boolean handoff, String damagedFile) {
+                                   boolean handoff, long handoffMaxBytes, String damagedFile) {
         return "{\"segment\":" + segmentJson + ",\"start_position\":" + startPosition
             + ",\"end_position\":" + (endPosition < 0 ? "null" : Long.toString(endPosition))
             + ",\"max_bytes\":" + maxBytes
             + (handoff ? ",\"handoff\":true" : "")
+            + (handoff && handoffMaxBytes > maxBytes ? ",\"handoff_max_bytes\":" + handoffMaxBytes : "")
             + (damagedFile == null ? "" : ",\"damaged_file\":" + new JsonWriter().value(damagedFile))
             + "}";
     }
@@ -356,8 +359,23 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
             throw new IllegalStateException("StrataRemoteStorageManager is closed");
         }
         String segment = segmentJson(metadata);
+        String segmentId = metadata.remoteLogSegmentId().id().toString();
         FetchStream.Opener opener = (position, maxBytes, handoff, damagedFile) -> {
-            byte[] body = fetchRequestJson(segment, position, endPosition, maxBytes, handoff, damagedFile)
+            if (handoff && damagedFile == null) {
+                Handoff known = answers.window(segmentId, position, maxBytes);
+                if (known != null) {
+                    return known;
+                }
+            } else {
+                // A handoff fell through (a file evicted or damaged, or the directory refused):
+                // what this segment's kept answer names is no longer to be trusted.
+                answers.forget(segmentId);
+            }
+            long ahead = Math.max(maxBytes, HandoffCache.AHEAD);
+            if (endPosition >= 0) {
+                ahead = Math.min(ahead, endPosition - position + 1);
+            }
+            byte[] body = fetchRequestJson(segment, position, endPosition, maxBytes, handoff, ahead, damagedFile)
                 .getBytes(StandardCharsets.UTF_8);
             TierHttp.Response resp = send("fetch", cfg.fetchTimeout, true,
                 h -> h.post(TierHttp.FETCH_PATH, body, cfg.fetchTimeout, RESPONSE_CAP));
@@ -365,7 +383,9 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
                 return FetchStream.bytes(resp.stream, maxBytes);
             }
             if (resp.status == 200 && handoff && TierHttp.HANDOFF_TYPE.equals(resp.contentType)) {
-                return Handoff.parse(resp.body, maxBytes);
+                Handoff answer = Handoff.parse(resp.body, ahead);
+                answers.put(segmentId, position, answer);
+                return answer.slice(0, maxBytes);
             }
             throw failure("strata tier fetch answered HTTP " + resp.status + " instead of 200 with the bytes");
         };

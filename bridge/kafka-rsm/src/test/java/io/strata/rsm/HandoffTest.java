@@ -39,7 +39,8 @@ class HandoffTest extends FakeTierTest {
     static final int BLOCK = 64 * 1024;
     static final int CHUNKS = 4;
     static final Pattern FIELDS = Pattern.compile(
-        "\"start_position\":(\\d+),\"end_position\":null,\"max_bytes\":(\\d+)(,\"handoff\":true)?(,\"damaged_file\":\"([^\"]+)\")?}$");
+        "\"start_position\":(\\d+),\"end_position\":null,\"max_bytes\":(\\d+)(,\"handoff\":true)?"
+        + "(?:,\"handoff_max_bytes\":(\\d+))?(,\"damaged_file\":\"([^\"]+)\")?}$");
 
     Path dir;
     byte[] segmentBytes;
@@ -68,13 +69,15 @@ class HandoffTest extends FakeTierTest {
             assertTrue(m.find(), req.bodyText());
             int from = Integer.parseInt(m.group(1));
             int max = Integer.parseInt(m.group(2));
-            if (m.group(5) != null) {
+            int ahead = m.group(4) == null ? max : Integer.parseInt(m.group(4));
+            if (m.group(6) != null) {
                 // As strata tier does: the damaged file is dropped, its chunk no longer on disk.
-                damagedReported.add(m.group(5));
-                onDisk[names.indexOf(m.group(5))] = false;
+                damagedReported.add(m.group(6));
+                onDisk[names.indexOf(m.group(6))] = false;
             }
+            // A handoff covers up to handoff_max_bytes; bytes stay within max_bytes.
             int to = Math.min(segmentBytes.length, from + max);
-            String json = m.group(3) == null ? null : handoffJson(from, to);
+            String json = m.group(3) == null ? null : handoffJson(from, Math.min(segmentBytes.length, from + ahead));
             if (json == null) {
                 answers.add("bytes");
                 return FakeTier.Reply.of(200, Arrays.copyOfRange(segmentBytes, from, to));
@@ -152,11 +155,75 @@ class HandoffTest extends FakeTierTest {
     @Test
     void handedOffFilesAreReadByteExactWithoutBytesOnTheSocket() throws Exception {
         for (int size : new int[] {17, 4096, 700 * 1024, 8 << 20}) {
-            answers.clear();
             assertArrayEquals(expected(12345), readAll(12345, size, () -> { }), "reads of " + size);
-            assertTrue(answers.size() >= 1 && answers.stream().allMatch("handoff"::equals), answers.toString());
         }
+        // One answer covered the segment; the later reads took it from the bridge's memory.
+        assertEquals(List.of("handoff"), answers);
         assertEquals(List.of(), damagedReported);
+    }
+
+    /** Reads {@code len} bytes from {@code start} in a stream of its own, as one broker fetch does. */
+    byte[] fetchOnce(int start, int len) throws Exception {
+        try (InputStream in = rsm.fetchLogSegment(segment("orders", segmentBytes.length), start)) {
+            return in.readNBytes(len);
+        }
+    }
+
+    @Test
+    void fetchesInsideAnEarlierAnswerAskStrataNothing() throws Exception {
+        ByteArrayOutputStream got = new ByteArrayOutputStream();
+        int fetch = 100 * 1024;
+        for (int pos = 0; pos < segmentBytes.length; pos += fetch) {
+            got.write(fetchOnce(pos, Math.min(fetch, segmentBytes.length - pos)));
+        }
+        assertArrayEquals(expected(0), got.toByteArray());
+        assertEquals(List.of("handoff"), answers, "one answer of 8 MiB ahead served every fetch");
+        assertTrue(tier.requests.get(0).bodyText().contains("\"max_bytes\":1048576,\"handoff\":true,\"handoff_max_bytes\":8388608"),
+            tier.requests.get(0).bodyText());
+    }
+
+    @Test
+    void aKeptAnswerWhoseFileWasEvictedIsAskedForAgain() throws Exception {
+        assertArrayEquals(Arrays.copyOfRange(segmentBytes, 0, 1000), fetchOnce(0, 1000));
+        Files.delete(dir.resolve(names.get(2)));
+        int inChunk2 = 2 * CHUNK + 50;
+        assertArrayEquals(Arrays.copyOfRange(segmentBytes, inChunk2, inChunk2 + 1000), fetchOnce(inChunk2, 1000));
+        assertEquals(List.of("handoff", "bytes"), answers, "the vanished file's bytes came over the socket");
+        int inChunk3 = 3 * CHUNK + 50;
+        assertArrayEquals(Arrays.copyOfRange(segmentBytes, inChunk3, inChunk3 + 1000), fetchOnce(inChunk3, 1000));
+        assertEquals(List.of("handoff", "bytes", "handoff"), answers, "the kept answer was forgotten: strata asked again");
+        assertEquals(List.of(), damagedReported);
+    }
+
+    @Test
+    void aSliceOfAnAnswerKeepsTheChecksumsOfItsBlocksAndWhetherTheRangeGoesOn() throws Exception {
+        Handoff whole = Handoff.parse(handoffJson(1000, 2 * CHUNK).getBytes(java.nio.charset.StandardCharsets.UTF_8),
+            8L << 20);
+        assertTrue(whole.endsRange(), "asked for more than the 2 chunks the answer holds, and not partial");
+        long skip = CHUNK - 1000 + 3 * BLOCK + 7;
+        Handoff s = whole.slice(skip, 100_000);
+        assertEquals(100_000, s.len);
+        assertEquals(1, s.pieces.size());
+        Handoff.Piece p = s.pieces.get(0);
+        assertEquals(names.get(1), p.file);
+        assertEquals(3 * BLOCK + 7, p.offset);
+        assertEquals(2, p.crcs.length, "blocks 3 and 4 of chunk 1");
+        assertEquals(whole.pieces.get(1).crcs[3], p.crcs[0]);
+        byte[] buf = new byte[100_000];
+        int n = 0;
+        while (n < buf.length) {
+            n += s.read(buf, n, buf.length - n);
+        }
+        s.close();
+        assertArrayEquals(Arrays.copyOfRange(segmentBytes, 1000 + (int) skip, 1000 + (int) skip + 100_000), buf);
+        // The answer's tail: shorter than wanted, and the range ended there as the answer said.
+        Handoff tail = whole.slice(whole.len - 10, 1 << 20);
+        assertEquals(10, tail.len);
+        assertTrue(tail.endsRange());
+        // A full answer's tail is partial: the range may go on after it.
+        Handoff full = Handoff.parse(handoffJson(0, CHUNK).getBytes(java.nio.charset.StandardCharsets.UTF_8), CHUNK);
+        assertTrue(!full.endsRange() && !full.slice(CHUNK - 10, 100).endsRange());
+        assertEquals(null, whole.slice(whole.len, 1));
     }
 
     @Test

@@ -198,7 +198,7 @@ class StrataRemoteStorageManagerTest extends FakeTierTest {
         assertArrayEquals(payload, got);
         FakeTier.Recorded r = tier.only();
         assertPost(r, "/v1/fetch");
-        assertEquals("{\"segment\":" + SEGMENT_JSON + ",\"start_position\":4242,\"end_position\":null,\"max_bytes\":1048576,\"handoff\":true}",
+        assertEquals("{\"segment\":" + SEGMENT_JSON + ",\"start_position\":4242,\"end_position\":null,\"max_bytes\":1048576,\"handoff\":true,\"handoff_max_bytes\":8388608}",
             r.bodyText());
     }
 
@@ -208,7 +208,7 @@ class StrataRemoteStorageManagerTest extends FakeTierTest {
         byte[] segmentBytes = new byte[5 * 1024 * 1024 + 123];
         new Random(11).nextBytes(segmentBytes);
         java.util.regex.Pattern field = java.util.regex.Pattern.compile(
-            "\"start_position\":(\\d+),\"end_position\":null,\"max_bytes\":(\\d+),\"handoff\":true}$");
+            "\"start_position\":(\\d+),\"end_position\":null,\"max_bytes\":(\\d+),\"handoff\":true,\"handoff_max_bytes\":8388608}$");
         tier.respond(req -> {
             java.util.regex.Matcher m = field.matcher(req.bodyText());
             assertTrue(m.find(), req.bodyText());
