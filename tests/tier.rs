@@ -1176,7 +1176,11 @@ async fn api_handoff_of_cache_files() {
     .to_string();
     let r = u.call("POST", "/v1/fetch", ahead.as_bytes()).await;
     let wide = parse(&r).unwrap();
-    assert_eq!((wide.len, wide.partial), (200_000, false), "{wide:?}");
+    assert_eq!(
+        (wide.len, wide.partial, wide.max_bytes),
+        (200_000, false, Some(200_000)),
+        "{wide:?}"
+    );
     assert_eq!(read_handoff(&wide).unwrap(), read_handoff(&h).unwrap());
     let r = t.call("POST", "/v1/fetch", ahead.as_bytes()).await;
     assert!(parse(&r).is_none());

@@ -232,7 +232,7 @@ impl Reader {
         let (mut stream, window, plan) = self.stream(seg, start, end, max_bytes).await?;
         if let Some(handoff_max) = handoff {
             let files = handoff_max.map_or_else(|| window.clone(), |n| plan.first_bytes(n));
-            if let Some(h) = stream.handoff(&files) {
+            if let Some(h) = stream.handoff(&files, handoff_max) {
                 return Ok(Answer::Files(h));
             }
         }
@@ -398,8 +398,9 @@ impl SegmentStream {
     /// The window as cache files for the bridge to read (see [`Handoff`]): the run of its
     /// chunks, from the first, that are on disk. `None` when the first is not (or the cache is
     /// in memory): the bytes go over the socket. Prefetching follows as for bytes, minus
-    /// reading files into memory, which the bridge does not need.
-    fn handoff(&mut self, window: &ReadPlan) -> Option<Handoff> {
+    /// reading files into memory, which the bridge does not need. `max_bytes`: the size of the
+    /// window asked for, told back to the bridge.
+    fn handoff(&mut self, window: &ReadPlan, max_bytes: Option<u64>) -> Option<Handoff> {
         let dir = self.reader.chunks.cache.dir()?.display().to_string();
         let mut pieces = Vec::new();
         let mut len = 0;
@@ -423,6 +424,7 @@ impl SegmentStream {
             block_size: BLOCK,
             len,
             partial: len < window.len(),
+            max_bytes,
             pieces,
         })
     }

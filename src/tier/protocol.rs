@@ -352,6 +352,11 @@ pub struct Handoff {
     /// The window goes on after `len` (its next chunk is not on disk): the bridge asks again
     /// from there, rather than taking the short answer for the end of the range.
     pub partial: bool,
+    /// The window this answers: the request's `handoff_max_bytes`, else its `max_bytes` (an
+    /// answer shorter than it, not partial, ends the range). Strata versions before
+    /// `handoff_max_bytes` leave it out, and then it is `max_bytes`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
     pub pieces: Vec<HandoffPiece>,
 }
 

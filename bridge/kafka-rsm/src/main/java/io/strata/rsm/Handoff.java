@@ -124,8 +124,12 @@ final class Handoff implements FetchStream.Window {
         this.asked = asked;
     }
 
-    /** Parses and checks a signed handoff answer to a request for {@code asked} bytes. */
-    static Handoff parse(byte[] body, long asked) throws RemoteStorageException {
+    /**
+     * Parses and checks a signed handoff answer to a request for {@code maxBytes} bytes, or up to
+     * {@code ahead} of them as files. The answer says which ({@code max_bytes}); strata versions
+     * before {@code handoff_max_bytes} leave that out and answer {@code maxBytes}.
+     */
+    static Handoff parse(byte[] body, long maxBytes, long ahead) throws RemoteStorageException {
         try {
             Object parsed = JsonReader.parse(new String(body, StandardCharsets.UTF_8));
             if (!(parsed instanceof Map)) {
@@ -147,6 +151,14 @@ final class Handoff implements FetchStream.Window {
                 throw new IllegalArgumentException("block_size " + block + " does not divide " + BUFFER_BYTES);
             }
             long len = number(m, "len");
+            long asked = maxBytes;
+            if (m.get("max_bytes") != null) {
+                asked = number(m, "max_bytes");
+                if (asked < maxBytes || asked > ahead) {
+                    throw new IllegalArgumentException("max_bytes " + asked + " is not between the " + maxBytes
+                        + " and " + ahead + " bytes asked for");
+                }
+            }
             Object partial = m.get("partial");
             if (!(partial instanceof Boolean)) {
                 throw new IllegalArgumentException("partial is not a boolean");

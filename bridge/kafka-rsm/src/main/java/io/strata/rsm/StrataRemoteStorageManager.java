@@ -383,7 +383,7 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
                 return FetchStream.bytes(resp.stream, maxBytes);
             }
             if (resp.status == 200 && handoff && TierHttp.HANDOFF_TYPE.equals(resp.contentType)) {
-                Handoff answer = Handoff.parse(resp.body, ahead);
+                Handoff answer = Handoff.parse(resp.body, maxBytes, ahead);
                 answers.put(segmentId, position, answer);
                 return answer.slice(0, maxBytes);
             }

@@ -50,6 +50,8 @@ class HandoffTest extends FakeTierTest {
     final List<String> damagedReported = new ArrayList<>();
     /** Chunks the fake has "on disk" (answers hand off only a run of these). */
     final boolean[] onDisk = new boolean[CHUNKS];
+    /** Answer as strata did before handoff_max_bytes: ignore it, and say nothing of it. */
+    boolean oldStrata;
 
     @BeforeEach
     void chunkFiles() throws IOException {
@@ -69,7 +71,7 @@ class HandoffTest extends FakeTierTest {
             assertTrue(m.find(), req.bodyText());
             int from = Integer.parseInt(m.group(1));
             int max = Integer.parseInt(m.group(2));
-            int ahead = m.group(4) == null ? max : Integer.parseInt(m.group(4));
+            int ahead = m.group(4) == null || oldStrata ? max : Integer.parseInt(m.group(4));
             if (m.group(6) != null) {
                 // As strata tier does: the damaged file is dropped, its chunk no longer on disk.
                 damagedReported.add(m.group(6));
@@ -78,6 +80,9 @@ class HandoffTest extends FakeTierTest {
             // A handoff covers up to handoff_max_bytes; bytes stay within max_bytes.
             int to = Math.min(segmentBytes.length, from + max);
             String json = m.group(3) == null ? null : handoffJson(from, Math.min(segmentBytes.length, from + ahead));
+            if (json != null && !oldStrata) {
+                json = json.replace("\"partial\":", "\"max_bytes\":" + ahead + ",\"partial\":");
+            }
             if (json == null) {
                 answers.add("bytes");
                 return FakeTier.Reply.of(200, Arrays.copyOfRange(segmentBytes, from, to));
@@ -183,6 +188,20 @@ class HandoffTest extends FakeTierTest {
     }
 
     @Test
+    void aStrataThatAnswersOnlyMaxBytesIsReadOnPastEachAnswer() throws Exception {
+        // Strata before handoff_max_bytes answers at most max_bytes and does not say so: an
+        // answer as long as max_bytes does not end the segment.
+        oldStrata = true;
+        ByteArrayOutputStream got = new ByteArrayOutputStream();
+        int fetch = 100 * 1024;
+        for (int pos = 0; pos < segmentBytes.length; pos += fetch) {
+            got.write(fetchOnce(pos, Math.min(fetch, segmentBytes.length - pos)));
+        }
+        assertArrayEquals(expected(0), got.toByteArray());
+        assertTrue(answers.size() > 1 && answers.stream().allMatch("handoff"::equals), answers.toString());
+    }
+
+    @Test
     void aKeptAnswerWhoseFileWasEvictedIsAskedForAgain() throws Exception {
         assertArrayEquals(Arrays.copyOfRange(segmentBytes, 0, 1000), fetchOnce(0, 1000));
         Files.delete(dir.resolve(names.get(2)));
@@ -198,7 +217,7 @@ class HandoffTest extends FakeTierTest {
     @Test
     void aSliceOfAnAnswerKeepsTheChecksumsOfItsBlocksAndWhetherTheRangeGoesOn() throws Exception {
         Handoff whole = Handoff.parse(handoffJson(1000, 2 * CHUNK).getBytes(java.nio.charset.StandardCharsets.UTF_8),
-            8L << 20);
+            8L << 20, 8L << 20);
         assertTrue(whole.endsRange(), "asked for more than the 2 chunks the answer holds, and not partial");
         long skip = CHUNK - 1000 + 3 * BLOCK + 7;
         Handoff s = whole.slice(skip, 100_000);
@@ -221,7 +240,7 @@ class HandoffTest extends FakeTierTest {
         assertEquals(10, tail.len);
         assertTrue(tail.endsRange());
         // A full answer's tail is partial: the range may go on after it.
-        Handoff full = Handoff.parse(handoffJson(0, CHUNK).getBytes(java.nio.charset.StandardCharsets.UTF_8), CHUNK);
+        Handoff full = Handoff.parse(handoffJson(0, CHUNK).getBytes(java.nio.charset.StandardCharsets.UTF_8), CHUNK, CHUNK);
         assertTrue(!full.endsRange() && !full.slice(CHUNK - 10, 100).endsRange());
         assertEquals(null, whole.slice(whole.len, 1));
     }
