@@ -514,22 +514,28 @@ fn decimal(s: &str, precision: u8, scale: u8) -> Option<i128> {
 #[derive(Debug, Clone, Default)]
 pub struct RepeatWindow {
     capacity: usize,
-    /// The ids, oldest first; the oldest has number `first`.
-    order: VecDeque<Slot>,
-    first: u64,
-    /// Each id as (the hash's low half, its number; numbers wrap at 2^32, far above any window).
+    ring: IdRing,
+    /// Each id as (the hash's low half, its number in `ring`).
     ids: hashbrown::HashTable<(u32, u32)>,
-    /// The ids' text, oldest first; its first `dead` bytes belong to ids that left the window.
-    text: Vec<u8>,
-    dead: usize,
-    /// Where `text[0]` is in the stream of every id's text (wrapping at 4 GiB, far above what a
-    /// window holds).
-    base: u32,
     /// foldhash, seeded per process as std's maps are.
     hasher: foldhash::fast::RandomState,
 }
 
-/// Where one id's text is, in the stream of all ids' text.
+/// The window's ids, oldest first, numbered from `first` (numbers and text positions are kept
+/// modulo 2^32, far above what a window holds).
+#[derive(Debug, Clone, Default)]
+struct IdRing {
+    slots: VecDeque<Slot>,
+    first: u64,
+    /// The ids' text; its first `dead` bytes belong to ids that left the window.
+    text: Vec<u8>,
+    dead: usize,
+    /// Where `text[0]` is in the stream of every id's text.
+    base: u32,
+}
+
+/// Where one id's text is, in the stream of all ids' text. It holds no hash (8 bytes, not 16):
+/// the oldest id's is computed again when it leaves.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     at: u32,
@@ -542,17 +548,70 @@ const WINDOW_PRESIZE: usize = 1 << 17;
 /// Bytes of text of departed ids a window keeps before moving the rest to the front.
 const WINDOW_DEAD_MIN: usize = 64 << 10;
 
+impl IdRing {
+    fn with_capacity(room: usize) -> Self {
+        Self {
+            slots: VecDeque::with_capacity(room),
+            ..Self::default()
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn text_of(&self, slot: &Slot) -> &[u8] {
+        let from = slot.at.wrapping_sub(self.base) as usize;
+        self.text
+            .get(from..from.saturating_add(slot.len as usize))
+            .unwrap_or_default()
+    }
+
+    /// The text of the id numbered `n` (empty when it is not in the ring).
+    fn text(&self, n: u32) -> &[u8] {
+        self.slots
+            .get(n.wrapping_sub(self.first as u32) as usize)
+            .map_or(&[], |s| self.text_of(s))
+    }
+
+    /// Adds an id; its number.
+    fn push(&mut self, id: &[u8]) -> u32 {
+        let at = self.base.wrapping_add(self.text.len() as u32);
+        self.text.extend_from_slice(id);
+        let n = (self.first + self.slots.len() as u64) as u32;
+        self.slots.push_back(Slot {
+            at,
+            len: u32::try_from(id.len()).unwrap_or(u32::MAX),
+        });
+        n
+    }
+
+    /// Drops the oldest id (its text goes once departed text is half the buffer).
+    fn pop(&mut self) {
+        let Some(old) = self.slots.pop_front() else {
+            return;
+        };
+        self.first += 1;
+        self.dead += old.len as usize;
+        if self.dead >= WINDOW_DEAD_MIN && self.dead * 2 >= self.text.len() {
+            self.text.drain(..self.dead);
+            self.base = self.base.wrapping_add(self.dead as u32);
+            self.dead = 0;
+        }
+    }
+
+    fn memory_bytes(&self) -> usize {
+        self.slots.capacity() * std::mem::size_of::<Slot>() + self.text.capacity()
+    }
+}
+
 impl RepeatWindow {
     pub fn new(capacity: usize) -> Self {
         let room = capacity.min(WINDOW_PRESIZE);
         Self {
             capacity,
-            order: VecDeque::with_capacity(room),
-            first: 0,
+            ring: IdRing::with_capacity(room),
             ids: hashbrown::HashTable::with_capacity(room),
-            text: Vec::new(),
-            dead: 0,
-            base: 0,
             hasher: Default::default(),
         }
     }
@@ -566,99 +625,60 @@ impl RepeatWindow {
         w
     }
 
-    /// The text of the id in `slot`.
-    fn text_of(&self, slot: &Slot) -> &[u8] {
-        let from = slot.at.wrapping_sub(self.base) as usize;
-        self.text
-            .get(from..from.saturating_add(slot.len as usize))
-            .unwrap_or_default()
-    }
-
-    fn hash(&self, id: &[u8]) -> u64 {
-        use std::hash::BuildHasher as _;
-        self.hasher.hash_one(id)
-    }
-
-    /// The slot of the id numbered `n` (numbers are kept modulo 2^32).
-    fn slot(&self, n: u32) -> Option<&Slot> {
-        self.order.get(n.wrapping_sub(self.first as u32) as usize)
-    }
-
     /// `true` when `id` was seen within the window (a repeat); else remembers it.
     pub fn check(&mut self, id: &str) -> bool {
-        let hash = self.hash(id.as_bytes());
+        use std::hash::BuildHasher as _;
+        let id = id.as_bytes();
+        let hash = self.hasher.hash_one(id);
         let low = hash as u32;
-        let seen = self.ids.find(hash, |&(h, n)| {
-            h == low
-                && self
-                    .slot(n)
-                    .is_some_and(|s| self.text_of(s) == id.as_bytes())
-        });
-        if seen.is_some() {
+        let ring = &self.ring;
+        if self
+            .ids
+            .find(hash, |&(h, n)| h == low && ring.text(n) == id)
+            .is_some()
+        {
             return true;
         }
         if self.capacity == 0 {
             return false;
         }
-        if self.order.len() == self.capacity {
-            self.forget_oldest();
+        if self.ring.len() == self.capacity {
+            let oldest = self.ring.first as u32;
+            let old_hash = self.hasher.hash_one(self.ring.text(oldest));
+            if let Ok(entry) = self.ids.find_entry(old_hash, |&(_, n)| n == oldest) {
+                entry.remove();
+            }
+            self.ring.pop();
         }
-        let at = self.base.wrapping_add(self.text.len() as u32);
-        self.text.extend_from_slice(id.as_bytes());
-        let n = (self.first + self.order.len() as u64) as u32;
-        self.order.push_back(Slot {
-            at,
-            len: u32::try_from(id.len()).unwrap_or(u32::MAX),
-        });
+        let n = self.ring.push(id);
         // Growing the set (past the presized room) hashes each id's text again.
-        let mut ids = std::mem::take(&mut self.ids);
-        ids.insert_unique(hash, (low, n), |&(_, n)| {
-            self.slot(n).map_or(0, |s| self.hash(self.text_of(s)))
-        });
-        self.ids = ids;
+        let (ring, hasher) = (&self.ring, &self.hasher);
+        self.ids
+            .insert_unique(hash, (low, n), |&(_, n)| hasher.hash_one(ring.text(n)));
         false
-    }
-
-    fn forget_oldest(&mut self) {
-        let Some(old) = self.order.front().copied() else {
-            return;
-        };
-        let hash = self.hash(self.text_of(&old));
-        let n = self.first as u32;
-        if let Ok(entry) = self.ids.find_entry(hash, |&(_, m)| m == n) {
-            entry.remove();
-        }
-        self.order.pop_front();
-        self.first += 1;
-        self.dead += old.len as usize;
-        if self.dead >= WINDOW_DEAD_MIN && self.dead * 2 >= self.text.len() {
-            self.text.drain(..self.dead);
-            self.base = self.base.wrapping_add(self.dead as u32);
-            self.dead = 0;
-        }
     }
 
     /// The ids, oldest first, for storing.
     pub fn state(&self) -> impl Iterator<Item = &str> {
-        self.order
+        self.ring
+            .slots
             .iter()
-            .map(|s| std::str::from_utf8(self.text_of(s)).unwrap_or_default())
+            .map(|s| std::str::from_utf8(self.ring.text_of(s)).unwrap_or_default())
     }
 
     pub fn len(&self) -> usize {
-        self.order.len()
+        self.ring.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.order.is_empty()
+        self.ring.len() == 0
     }
 
     /// Memory the window holds: its ring and set (sized for up to its capacity from the start)
     /// and the ids' text.
     pub fn memory_bytes(&self) -> usize {
-        self.order.capacity() * std::mem::size_of::<Slot>()
+        self.ring.memory_bytes()
             + self.ids.capacity() * (std::mem::size_of::<(u32, u32)>() + 1) * 8 / 7
-            + self.text.capacity()
     }
 }
 
