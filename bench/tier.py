@@ -10,7 +10,9 @@ before each cold run:
   warm-socket   the same, every byte over the Unix socket (tier.handoff = false)
   cold-s3d      empty cache, chunks from s3d (devenv/s3d, a fast local S3 server)
   cold-ls       empty cache, chunks from LocalStack
-The consumer is kcat printing one byte per record (-f '\\n'), so it costs next to nothing.
+The consumer is kcat printing one byte per record (-f '\\n'), so it costs next to nothing, with
+fetch.wait.max.ms=10: at the end of the topic the broker holds the last, empty fetch that long
+(librdkafka's default of 500 ms added half a second to every read timed before 2026-12-06).
 Reported per case: MiB/s, the ratio to local, CPU seconds of the consumer, the broker, strata
 tier and the S3 server, strata tier's CPU seconds per GiB served and the share handed off, and
 the broker's remote-read metrics (RemoteLogReaderFetchRateAndTimeMs, delayed remote fetch
@@ -38,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BUCKET = "strata-bench"
 MIB = 1 << 20
+BROKER_LOG = ROOT / ".dev" / "logs" / "kafka.log"
 
 
 def log(msg):
@@ -85,6 +88,7 @@ class Bench:
         self.topics = []
         self.mirrored = set()
         self.gen = 0
+        self.down_from = None
 
     # --- services -----------------------------------------------------------------------
     def start_s3d(self):
@@ -151,11 +155,21 @@ metrics_listen = "{self.metrics}"
             time.sleep(0.1)
         else:
             die("strata tier did not come up")
-        # The bridge reconnects to the Unix socket on its next call. (Had it called while
-        # strata was down, it would use TCP for 5 s: the `handed off` column would show it.)
+        # The bridge reconnects to the Unix socket on its next call. Had it called while strata
+        # was down (the broker retries a copy now and then), it uses TCP, and so no handoff,
+        # for 5 s: wait those out.
+        if self.down_from is not None:
+            with open(BROKER_LOG, "rb") as f:
+                f.seek(self.down_from if BROKER_LOG.stat().st_size >= self.down_from else 0)
+                called = b"failed: could not connect" in f.read()
+            self.down_from = None
+            if called:
+                log("the bridge called while strata tier was down: waiting 6 s for it to use the Unix socket again")
+                time.sleep(6)
 
     def stop_tier(self):
         if self.tier is not None:
+            self.down_from = BROKER_LOG.stat().st_size
             self.tier.terminate()
             try:
                 self.tier.wait(10)
@@ -190,6 +204,55 @@ metrics_listen = "{self.metrics}"
             except ValueError:
                 pass
         return m
+
+    @staticmethod
+    def metrics_delta(m0, m1):
+        """Counts over one run, and each timer's mean over that run alone (from the cumulative
+        means and counts the broker keeps)."""
+        out = {k: (m1.get(k, 0) - m0.get(k, 0)) if k.endswith("Count") else m1.get(k) for k in m1}
+        for k in m1:
+            if k.endswith(".Mean"):
+                name = k[:-len(".Mean")]
+                c0, c1 = m0.get(f"{name}.Count", 0), m1.get(f"{name}.Count", 0)
+                s0, s1 = c0 * m0.get(k, 0), c1 * m1[k]
+                out[f"{name}.RunMean"] = (s1 - s0) / (c1 - c0) if c1 > c0 else None
+        return out
+
+    def request_log(self, level):
+        subprocess.run([str(ROOT / "dev"), "kafka-class", "org.apache.kafka.tools.ConfigCommand", "--bootstrap-server",
+                        self.boot, "--alter", "--entity-type", "broker-loggers", "--entity-name", "1",
+                        "--add-config", f"kafka.request.logger={level}"], check=True, capture_output=True)
+
+    def fetch_times(self, topic, fetch_mib, partitions):
+        """One read with the broker's request log on (DEBUG: a line per request, with its times):
+        kcat's fetches that returned records, their median times in the broker (the request
+        metrics cannot tell kcat's fetches from the broker's own long-polling consumer), and the
+        read's time per fetch. Not one of the measured reads: the log costs the broker time."""
+        log_file = BROKER_LOG
+        start = log_file.stat().st_size
+        self.request_log("DEBUG")
+        try:
+            run = self.consume(topic, fetch_mib, partitions)
+        finally:
+            self.request_log("WARN")
+        with open(log_file, "rb") as f:
+            f.seek(start if log_file.stat().st_size >= start else 0)
+            text = f.read().decode(errors="replace")
+        keys = ("totalTimeMs", "requestQueueTimeMs", "localTimeMs", "remoteTimeMs", "responseQueueTimeMs", "sendTimeMs")
+        rows = []
+        for line in text.splitlines():
+            if '"requestApiKeyName":"FETCH"' not in line or '"clientId":"rdkafka"' not in line:
+                continue
+            if sum(int(x) for x in re.findall(r'"recordsSizeInBytes":(\d+)', line)) == 0:
+                continue  # the fetches at the end of the topic
+            rows.append({k: float(re.search(rf'"{k}":([\d.]+)', line).group(1)) for k in keys})
+        if not rows:
+            return None
+        out = {k: statistics.median(r[k] for r in rows) for k in keys}
+        out["count"] = len(rows)
+        out["sum_total"] = sum(r["totalTimeMs"] for r in rows)
+        out["per_fetch"] = run["secs"] * 1000 / len(rows)
+        return out
 
     # --- topics -------------------------------------------------------------------------
     def topic_cmd(self, *args):
@@ -268,7 +331,10 @@ metrics_listen = "{self.metrics}"
         """One read of the topic from the beginning: seconds and CPU seconds per process."""
         cmd = ["kcat", "-C", "-b", self.boot, "-t", topic, "-o", "beginning", "-e", "-q", "-f", "\\n",
                "-X", f"fetch.message.max.bytes={fetch_mib * MIB}",
-               "-X", f"fetch.max.bytes={max(52428800, fetch_mib * MIB)}"]
+               "-X", f"fetch.max.bytes={max(52428800, fetch_mib * MIB)}",
+               # At the end of the topic the broker holds an empty fetch this long before kcat
+               # sees the end (librdkafka's default: 500 ms, which was in every time measured).
+               "-X", "fetch.wait.max.ms=10"]
         procs = {"broker": self.broker, "tier": self.tier.pid if self.tier else None,
                  "s3d": self.s3d.pid if self.s3d else None, "localstack": self.localstack}
         before = {k: proc_cpu(v) for k, v in procs.items() if v}
@@ -321,16 +387,7 @@ metrics_listen = "{self.metrics}"
                     m0 = self.broker_metrics() if r == 0 else None
                     rows["warm"].append(self.consume(tier, f, p))
                     if m0 is not None:
-                        m1 = self.broker_metrics()
-                        broker = {k: (m1.get(k, 0) - m0.get(k, 0)) if k.endswith("Count") else m1.get(k)
-                                  for k in m1}
-                        n = broker.get("RemoteLogReaderFetchRateAndTimeMs.Count", 0)
-                        # Mean over the run alone, from the cumulative means and counts.
-                        c0, c1 = m0.get("RemoteLogReaderFetchRateAndTimeMs.Count", 0), m1.get(
-                            "RemoteLogReaderFetchRateAndTimeMs.Count", 0)
-                        s0 = c0 * m0.get("RemoteLogReaderFetchRateAndTimeMs.Mean", 0)
-                        s1 = c1 * m1.get("RemoteLogReaderFetchRateAndTimeMs.Mean", 0)
-                        broker["read_ms_mean"] = (s1 - s0) / n if n else None
+                        broker = {"warm": self.metrics_delta(m0, self.broker_metrics())}
                     self.start_tier("s3d", handoff=False)
                     self.consume(tier, f, p)  # fills the cache
                     rows["warm-socket"].append(self.consume(tier, f, p))
@@ -338,6 +395,12 @@ metrics_listen = "{self.metrics}"
                         self.mirror_to_localstack()
                         self.start_tier("localstack")
                         rows["cold-ls"].append(self.consume(tier, f, p))
+                # One more pass, not in the figures: each fetch's time in the broker, from its request log.
+                self.stop_tier()
+                broker["local"] = self.fetch_times(local, f, p)
+                self.start_tier("s3d")
+                broker["cold-s3d"] = self.fetch_times(tier, f, p)
+                broker["warm"]["fetches"] = self.fetch_times(tier, f, p)
                 self.results[(p, f)] = ({k: v for k, v in rows.items() if v}, broker)
         self.stop_tier()
 
@@ -351,7 +414,7 @@ metrics_listen = "{self.metrics}"
         lines = [f"### Tier: {time.strftime('%Y-%m-%d', time.gmtime())}: {self.a.size_mib} MiB per topic, "
                  f"chunk {self.a.chunk}, prefetch {self.a.prefetch}",
                  "",
-                 f"kcat from the beginning, one byte out per 1 KiB record; {self.a.segment_mib} MiB segments; median "
+                 f"kcat from the beginning, one byte out per 1 KiB record, fetch.wait.max.ms 10; {self.a.segment_mib} MiB segments; median "
                  f"of {self.a.repeat}. Broker: socket.send.buffer.bytes 4 MiB (net.core.wmem_max {wmem}), "
                  "remote.fetch.max.wait.ms 5000, G1 regions 32 MiB. CPU columns are seconds for the whole read; "
                  "`tier s/GiB` is strata tier's CPU per GiB it served; `handed off` the share of those bytes the "
@@ -376,12 +439,22 @@ metrics_listen = "{self.metrics}"
                              f"{fmt(tier) if k != 'local' else ''} | {fmt(s3)} | {per} | "
                              f"{'' if handed is None else f'{100 * handed:.0f}%'} |")
             if broker:
-                notes.append(f"- {p} partition(s), {f} MiB, warm run: {broker.get('RemoteFetchRequestsPerSec.Count', 0):.0f} "
-                             f"remote fetches, {broker.get('RemoteLogReaderFetchRateAndTimeMs.Count', 0):.0f} remote "
-                             f"reads averaging {broker.get('read_ms_mean') or 0:.2f} ms, "
-                             f"{broker.get('ExpiresPerSec.Count', 0):.0f} delayed remote fetches expired")
+                w = broker["warm"]
+                notes.append(f"- {p} partition(s), {f} MiB, warm run: {w.get('RemoteFetchRequestsPerSec.Count', 0):.0f} "
+                             f"remote fetches, {w.get('RemoteLogReaderFetchRateAndTimeMs.Count', 0):.0f} remote "
+                             f"reads averaging {w.get('RemoteLogReaderFetchRateAndTimeMs.RunMean') or 0:.2f} ms, "
+                             f"{w.get('ExpiresPerSec.Count', 0):.0f} delayed remote fetches expired")
+                for case, d in (("local", broker["local"]), ("warm", w.get("fetches")), ("cold-s3d", broker["cold-s3d"])):
+                    if not d:
+                        continue
+                    notes.append(f"  - {names[case]}: {d['count']} fetches of {d['per_fetch']:.2f} ms each; median in "
+                                 f"the broker {d['totalTimeMs']:.2f} ms (queue {d['requestQueueTimeMs']:.2f}, local "
+                                 f"{d['localTimeMs']:.2f}, remote {d['remoteTimeMs']:.2f}, response queue "
+                                 f"{d['responseQueueTimeMs']:.2f}, send {d['sendTimeMs']:.2f}), "
+                                 f"{d['sum_total'] / d['count']:.2f} ms mean")
         lines += ["", f"Tiering {self.a.size_mib * len(self.a.partitions)} MiB (to s3d): {self.copy_secs:.0f} s "
-                  "after the last produce.", "", "Broker remote-read metrics (warm, handed off, first round):", *notes]
+                  "after the last produce.", "", "Broker metrics: remote reads in the first round; fetch times in the broker from its request log, in "
+                  "one more read of each case (kcat's fetches that returned records; `each`: the read's time per fetch):", *notes]
         text = "\n".join(lines) + "\n"
         print(text)
         if self.a.out:
