@@ -43,6 +43,13 @@ MIB = 1 << 20
 BROKER_LOG = ROOT / ".dev" / "logs" / "kafka.log"
 
 
+def broker_log_since(offset):
+    """What the dev broker logged since its log was `offset` bytes long (all of it, if it rolled)."""
+    with open(BROKER_LOG, "rb") as f:
+        f.seek(offset if BROKER_LOG.stat().st_size >= offset else 0)
+        return f.read().decode(errors="replace")
+
+
 def log(msg):
     print(f"[bench/tier] {msg}", file=sys.stderr, flush=True)
 
@@ -159,9 +166,7 @@ metrics_listen = "{self.metrics}"
         # was down (the broker retries a copy now and then), it uses TCP, and so no handoff,
         # for 5 s: wait those out.
         if self.down_from is not None:
-            with open(BROKER_LOG, "rb") as f:
-                f.seek(self.down_from if BROKER_LOG.stat().st_size >= self.down_from else 0)
-                called = b"failed: could not connect" in f.read()
+            called = "failed: could not connect" in broker_log_since(self.down_from)
             self.down_from = None
             if called:
                 log("the bridge called while strata tier was down: waiting 6 s for it to use the Unix socket again")
@@ -228,19 +233,15 @@ metrics_listen = "{self.metrics}"
         kcat's fetches that returned records, their median times in the broker (the request
         metrics cannot tell kcat's fetches from the broker's own long-polling consumer), and the
         read's time per fetch. Not one of the measured reads: the log costs the broker time."""
-        log_file = BROKER_LOG
-        start = log_file.stat().st_size
+        start = BROKER_LOG.stat().st_size
         self.request_log("DEBUG")
         try:
             run = self.consume(topic, fetch_mib, partitions)
         finally:
             self.request_log("WARN")
-        with open(log_file, "rb") as f:
-            f.seek(start if log_file.stat().st_size >= start else 0)
-            text = f.read().decode(errors="replace")
         keys = ("totalTimeMs", "requestQueueTimeMs", "localTimeMs", "remoteTimeMs", "responseQueueTimeMs", "sendTimeMs")
         rows = []
-        for line in text.splitlines():
+        for line in broker_log_since(start).splitlines():
             if '"requestApiKeyName":"FETCH"' not in line or '"clientId":"rdkafka"' not in line:
                 continue
             if sum(int(x) for x in re.findall(r'"recordsSizeInBytes":(\d+)', line)) == 0:
@@ -387,7 +388,7 @@ metrics_listen = "{self.metrics}"
                     m0 = self.broker_metrics() if r == 0 else None
                     rows["warm"].append(self.consume(tier, f, p))
                     if m0 is not None:
-                        broker = {"warm": self.metrics_delta(m0, self.broker_metrics())}
+                        broker = {"remote": self.metrics_delta(m0, self.broker_metrics())}
                     self.start_tier("s3d", handoff=False)
                     self.consume(tier, f, p)  # fills the cache
                     rows["warm-socket"].append(self.consume(tier, f, p))
@@ -397,10 +398,10 @@ metrics_listen = "{self.metrics}"
                         rows["cold-ls"].append(self.consume(tier, f, p))
                 # One more pass, not in the figures: each fetch's time in the broker, from its request log.
                 self.stop_tier()
-                broker["local"] = self.fetch_times(local, f, p)
+                fetches = broker["fetches"] = {"local": self.fetch_times(local, f, p)}
                 self.start_tier("s3d")
-                broker["cold-s3d"] = self.fetch_times(tier, f, p)
-                broker["warm"]["fetches"] = self.fetch_times(tier, f, p)
+                fetches["cold-s3d"] = self.fetch_times(tier, f, p)
+                fetches["warm"] = self.fetch_times(tier, f, p)
                 self.results[(p, f)] = ({k: v for k, v in rows.items() if v}, broker)
         self.stop_tier()
 
@@ -439,12 +440,13 @@ metrics_listen = "{self.metrics}"
                              f"{fmt(tier) if k != 'local' else ''} | {fmt(s3)} | {per} | "
                              f"{'' if handed is None else f'{100 * handed:.0f}%'} |")
             if broker:
-                w = broker["warm"]
+                w = broker["remote"]
                 notes.append(f"- {p} partition(s), {f} MiB, warm run: {w.get('RemoteFetchRequestsPerSec.Count', 0):.0f} "
                              f"remote fetches, {w.get('RemoteLogReaderFetchRateAndTimeMs.Count', 0):.0f} remote "
                              f"reads averaging {w.get('RemoteLogReaderFetchRateAndTimeMs.RunMean') or 0:.2f} ms, "
                              f"{w.get('ExpiresPerSec.Count', 0):.0f} delayed remote fetches expired")
-                for case, d in (("local", broker["local"]), ("warm", w.get("fetches")), ("cold-s3d", broker["cold-s3d"])):
+                for case in ("local", "warm", "cold-s3d"):
+                    d = broker["fetches"][case]
                     if not d:
                         continue
                     notes.append(f"  - {names[case]}: {d['count']} fetches of {d['per_fetch']:.2f} ms each; median in "
