@@ -139,6 +139,22 @@ pub trait ObjectStore: Send + Sync + fmt::Debug {
     async fn head(&self, key: &str) -> Result<ObjectMeta, StoreError>;
     /// Every object whose key starts with `prefix`, sorted by key.
     async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, StoreError>;
+    /// One page of a listing: up to `max` objects whose key starts with `prefix` and sorts
+    /// after `start_after` (all of them when `None`), sorted by key. What a reader of a long
+    /// listing that needs only its first entries asks for (one request on S3).
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        max: usize,
+    ) -> Result<Vec<ObjectMeta>, StoreError> {
+        let mut all = self.list(prefix).await?;
+        if let Some(after) = start_after {
+            all.retain(|o| o.key.as_str() > after);
+        }
+        all.truncate(max);
+        Ok(all)
+    }
     /// Removes an object; a missing object is not an error.
     async fn delete(&self, key: &str) -> Result<(), StoreError>;
     /// Proves the store is reachable and writable (creates the bucket when configured to).

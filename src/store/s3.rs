@@ -116,6 +116,18 @@ impl S3Store {
         Ok(format!("{}{key}", self.prefix))
     }
 
+    /// A listed object, its key relative to the store's prefix.
+    fn meta_of(&self, o: aws_sdk_s3::types::Object) -> Option<ObjectMeta> {
+        let rel = o.key?.strip_prefix(&self.prefix)?.to_string();
+        Some(ObjectMeta {
+            key: rel,
+            size: o.size.unwrap_or_default().max(0) as u64,
+            last_modified: o
+                .last_modified
+                .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())),
+        })
+    }
+
     fn scrub(&self, mut s: String) -> String {
         for secret in self.secrets.iter().filter(|x| !x.is_empty()) {
             s = s.replace(secret.as_str(), "<redacted>");
@@ -381,21 +393,41 @@ impl ObjectStore for S3Store {
         let mut out = Vec::new();
         while let Some(page) = pages.next().await {
             let page = page.map_err(|e| self.err(prefix, "list", e))?;
-            for o in page.contents.unwrap_or_default() {
-                let Some(k) = o.key else { continue };
-                let Some(rel) = k.strip_prefix(&self.prefix) else {
-                    continue;
-                };
-                out.push(ObjectMeta {
-                    key: rel.to_string(),
-                    size: o.size.unwrap_or_default().max(0) as u64,
-                    last_modified: o
-                        .last_modified
-                        .and_then(|t| chrono::DateTime::from_timestamp(t.secs(), t.subsec_nanos())),
-                });
-            }
+            out.extend(
+                page.contents
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|o| self.meta_of(o)),
+            );
         }
         out.sort_by(|a, b| a.key.cmp(&b.key));
+        Ok(out)
+    }
+
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        max: usize,
+    ) -> Result<Vec<ObjectMeta>, StoreError> {
+        let page = self
+            .client
+            .list_objects_v2()
+            .bucket(&self.bucket)
+            .prefix(format!("{}{prefix}", self.prefix))
+            .set_start_after(start_after.map(|a| format!("{}{a}", self.prefix)))
+            .max_keys(max.clamp(1, 1000) as i32)
+            .send()
+            .await
+            .map_err(|e| self.err(prefix, "list", e))?;
+        let mut out: Vec<ObjectMeta> = page
+            .contents
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|o| self.meta_of(o))
+            .collect();
+        out.sort_by(|a, b| a.key.cmp(&b.key));
+        out.truncate(max);
         Ok(out)
     }
 

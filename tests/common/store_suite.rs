@@ -96,6 +96,38 @@ pub async fn run(store: &dyn ObjectStore, base: &str, multipart_size: usize) {
     assert_eq!(all.iter().find(|o| o.key == k("bb/other")).unwrap().size, 3);
     assert!(store.list(&k("nothing-here/")).await.unwrap().is_empty());
 
+    // list_page: one page after a key, within the prefix only
+    let page = |after: Option<String>, max| {
+        let p = k("b/");
+        async move {
+            store
+                .list_page(&p, after.as_deref(), max)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|o| o.key)
+                .collect::<Vec<String>>()
+        }
+    };
+    assert_eq!(page(None, 1).await, vec![k("b/range.bin")]);
+    assert_eq!(
+        page(Some(k("b/range.bin")), 10).await,
+        vec![
+            k("b/x+0+00000000000000000002.txt"),
+            k("b/x+0+00000000000000000010.txt")
+        ]
+    );
+    // A start between keys, and one that is a prefix of the next key.
+    assert_eq!(
+        page(Some(k("b/x+0+00000000000000000005")), 10).await,
+        vec![k("b/x+0+00000000000000000010.txt")]
+    );
+    assert_eq!(
+        page(Some(k("b/x+0+00000000000000000010")), 10).await,
+        vec![k("b/x+0+00000000000000000010.txt")]
+    );
+    assert!(page(Some(k("b/z")), 10).await.is_empty());
+
     // missing objects
     let e = store.get(&k("missing")).await.unwrap_err();
     assert_eq!(e.kind, ErrorKind::NotFound, "{e}");
