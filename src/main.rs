@@ -292,7 +292,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     return Ok(ExitCode::from(e.exit_code()));
                 }
             };
-            for s in summaries {
+            for s in &summaries {
                 tracing::info!(task = %s.task, objects = s.objects, records = s.records, bytes = s.bytes, "done");
                 if s.cdc.messages > 0 {
                     let c = &s.cdc;
@@ -301,6 +301,14 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 for p in &s.partitions {
                     tracing::info!(task = %s.task, topic = %p.topic, partition = p.partition, from = p.from, to = p.to, covered_by = p.coverage.as_str(), "partition");
                 }
+                for g in &s.gaps {
+                    tracing::warn!(task = %s.task, topic = %g.topic, partition = g.partition, from = g.from, to = g.to - 1, "offsets deleted by retention before they were archived");
+                }
+            }
+            if let Err(e) = strata::dump::check_gaps(&cfg, opts, &summaries) {
+                tracing::error!("dump incomplete: {e}");
+                eprintln!("error: {e}");
+                return Ok(ExitCode::from(e.exit_code()));
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -200,7 +200,7 @@ async fn kill_9_scenario(archive: Archive) {
     let archived = assert_exactly_once(store.as_ref(), &topic, 4).await;
     assert_eq!(archived, produced);
     // Nothing of the killed writers stays: the final run removed their incomplete uploads (or
-    // temp files) and seals, and left none of its own.
+    // temp files) and the seals of attempts that lost, and every object has its seal.
     let mut litter: Vec<String> = store
         .incomplete("")
         .await
@@ -208,15 +208,7 @@ async fn kill_9_scenario(archive: Archive) {
         .into_iter()
         .map(|w| w.handle)
         .collect();
-    litter.extend(
-        store
-            .list("")
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|o| o.key)
-            .filter(|k| k.contains(".strata/seals/")),
-    );
+    litter.extend(index_problems(store.as_ref(), "", true).await);
     if let Archive::Dir(d) = &archive {
         litter.extend(
             walk_files(&d.path().join("archive"))
@@ -837,7 +829,11 @@ async fn a_crash_between_store_and_commit_is_adopted_after_the_leftover_clean_up
         .await
         .unwrap()
         .expect("a stored object has a tag");
-    // What the crashed writer left: the seal it wrote before the object, and no commit.
+    // What a crashed writer of a strata version before the kept index left: the seal it wrote
+    // before the object where such versions wrote it (none in the index), and no commit.
+    for s in store.list(".strata/index/").await.unwrap() {
+        store.delete(&s.key).await.unwrap();
+    }
     let seal = format!(".strata/seals/{topic}/0/{:020}/{tag}", 0);
     let body = format!(r#"{{"key":"{key}","last_offset":99,"next_offset":100,"records":100}}"#);
     store.put(&seal, body.into_bytes().into()).await.unwrap();
@@ -882,7 +878,11 @@ async fn a_crash_between_store_and_commit_is_adopted_after_the_leftover_clean_up
         .collect();
     assert!(
         left.is_empty(),
-        "the adopted object's seal and the orphaned one are removed: {left:?}"
+        "the adopted object's seal moved into the index, the orphaned one is removed: {left:?}"
+    );
+    assert_eq!(
+        index_problems(store.as_ref(), "", true).await,
+        Vec::<String>::new()
     );
 }
 
@@ -1138,12 +1138,443 @@ async fn kill_9_at_random_moments_keeps_cdc_tables_exact() {
     let (state, changes) = common::cdc::archive_state(&d.path().join("archive/cdc"), &tables);
     assert_eq!(changes, data.changes);
     assert_eq!(state, data.state);
-    let seals: Vec<String> = store
-        .list("cdc/.strata/seals/")
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|o| o.key)
+    assert_eq!(
+        index_problems(store.as_ref(), "cdc/", false).await,
+        Vec::<String>::new()
+    );
+    assert!(store.list("cdc/.strata/seals/").await.unwrap().is_empty());
+}
+
+// ------------------------------------------------------------------------------------------
+// Answers lost on the way, group offsets that went back, a member that crashed, retention.
+
+/// A store between strata and the real one whose first finish of an archive object stores the
+/// object and then reports the answer lost (a connection reset after the store answered). With
+/// `then_unknown`, the next question about that key fails too, so the writer cannot tell at once
+/// whether its object was stored.
+#[derive(Debug, Clone)]
+struct LosesAnAnswer {
+    inner: Arc<dyn ObjectStore>,
+    armed: Arc<AtomicBool>,
+    fired: Arc<AtomicBool>,
+    then_unknown: bool,
+    hidden: Arc<std::sync::Mutex<Option<String>>>,
+}
+
+struct LosingUpload {
+    inner: Box<dyn strata::store::MultipartUpload>,
+    key: String,
+    store: LosesAnAnswer,
+}
+
+#[async_trait::async_trait]
+impl strata::store::MultipartUpload for LosingUpload {
+    async fn write(&mut self, data: bytes::Bytes) -> Result<(), strata::store::StoreError> {
+        self.inner.write(data).await
+    }
+    async fn finish(
+        self: Box<Self>,
+        mode: strata::store::Finish,
+    ) -> Result<strata::store::Finished, strata::store::StoreError> {
+        let s = self.store.clone();
+        let key = self.key.clone();
+        let r = self.inner.finish(mode).await?;
+        if mode == strata::store::Finish::CreateNew && s.armed.swap(false, Ordering::SeqCst) {
+            s.fired.store(true, Ordering::SeqCst);
+            if s.then_unknown {
+                *s.hidden.lock().unwrap() = Some(key.clone());
+            }
+            return Err(strata::store::StoreError::new(
+                strata::store::ErrorKind::Unreachable,
+                key,
+                "connection reset by peer (the store's answer was lost)",
+            ));
+        }
+        Ok(r)
+    }
+    async fn abort(self: Box<Self>) -> Result<(), strata::store::StoreError> {
+        self.inner.abort().await
+    }
+    fn tag(&self) -> &str {
+        self.inner.tag()
+    }
+}
+
+#[async_trait::async_trait]
+impl ObjectStore for LosesAnAnswer {
+    async fn put(&self, key: &str, data: bytes::Bytes) -> Result<(), strata::store::StoreError> {
+        self.inner.put(key, data).await
+    }
+    async fn put_multipart(
+        &self,
+        key: &str,
+    ) -> Result<Box<dyn strata::store::MultipartUpload>, strata::store::StoreError> {
+        let inner = self.inner.put_multipart(key).await?;
+        if key.contains(".strata/") {
+            return Ok(inner);
+        }
+        Ok(Box::new(LosingUpload {
+            inner,
+            key: key.to_string(),
+            store: self.clone(),
+        }))
+    }
+    async fn get(&self, key: &str) -> Result<bytes::Bytes, strata::store::StoreError> {
+        self.inner.get(key).await
+    }
+    async fn get_range(
+        &self,
+        key: &str,
+        range: std::ops::Range<u64>,
+    ) -> Result<bytes::Bytes, strata::store::StoreError> {
+        self.inner.get_range(key, range).await
+    }
+    async fn head(
+        &self,
+        key: &str,
+    ) -> Result<strata::store::ObjectMeta, strata::store::StoreError> {
+        self.inner.head(key).await
+    }
+    async fn list(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<strata::store::ObjectMeta>, strata::store::StoreError> {
+        self.inner.list(prefix).await
+    }
+    async fn list_page(
+        &self,
+        prefix: &str,
+        start_after: Option<&str>,
+        max: usize,
+    ) -> Result<Vec<strata::store::ObjectMeta>, strata::store::StoreError> {
+        self.inner.list_page(prefix, start_after, max).await
+    }
+    async fn delete(&self, key: &str) -> Result<(), strata::store::StoreError> {
+        self.inner.delete(key).await
+    }
+    async fn check(&self) -> Result<(), strata::store::StoreError> {
+        self.inner.check().await
+    }
+    async fn incomplete(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<strata::store::Incomplete>, strata::store::StoreError> {
+        self.inner.incomplete(prefix).await
+    }
+    async fn abort_incomplete(
+        &self,
+        write: &strata::store::Incomplete,
+    ) -> Result<(), strata::store::StoreError> {
+        self.inner.abort_incomplete(write).await
+    }
+    async fn tag_of(&self, key: &str) -> Result<Option<String>, strata::store::StoreError> {
+        let hidden = {
+            let mut h = self.hidden.lock().unwrap();
+            if h.as_deref() == Some(key) {
+                h.take()
+            } else {
+                None
+            }
+        };
+        if hidden.is_some() {
+            return Err(strata::store::StoreError::new(
+                strata::store::ErrorKind::Unreachable,
+                key,
+                "timed out",
+            ));
+        }
+        self.inner.tag_of(key).await
+    }
+    fn part_size(&self) -> usize {
+        self.inner.part_size()
+    }
+    fn location(&self, key: &str) -> String {
+        self.inner.location(key)
+    }
+}
+
+/// The store kept the object but its answer was lost; the writer (or its retry, which finds
+/// the key taken) must count the object as its own and go on, not rewind forever.
+async fn lost_answer_scenario(archive: Archive, then_unknown: bool) {
+    let topic = unique("lost-answer");
+    create_topic(&topic, 2).await;
+    produce(&sample_records(&topic, 200, 2, base_ts())).await;
+    let task = unique("lost-task");
+    let cfg = config(&format!(
+        "{}[[tasks]]\nname = \"{task}\"\ntopics = [\"{topic}\"]\nformat = \"jsonl\"\n",
+        archive.toml(None)
+    ));
+    let (armed, fired) = (
+        Arc::new(AtomicBool::new(true)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let (a, f) = (armed.clone(), fired.clone());
+    let run = strata::dump::run_wrapped(
+        &cfg,
+        strata::dump::DumpOptions {
+            once: true,
+            once_deadline: Duration::from_secs(40),
+        },
+        Arc::new(AtomicBool::new(false)),
+        move |inner| {
+            Arc::new(LosesAnAnswer {
+                inner,
+                armed: a.clone(),
+                fired: f.clone(),
+                then_unknown,
+                hidden: Default::default(),
+            })
+        },
+    )
+    .await;
+    if let Err(e) = run {
+        panic!("the run did not finish: {e}");
+    }
+    assert!(
+        fired.load(Ordering::SeqCst),
+        "no answer was lost: the test proves nothing"
+    );
+    let store = archive.store().await;
+    assert_eq!(assert_exactly_once(store.as_ref(), &topic, 2).await, 200);
+    assert_eq!(
+        index_problems(store.as_ref(), "", true).await,
+        Vec::<String>::new()
+    );
+    let admin = strata::kafka::Admin::new(&kafka_config()).unwrap();
+    let highs: Vec<i64> = (0..2)
+        .map(|p| admin.watermarks(&topic, p).unwrap().1)
         .collect();
-    assert!(seals.is_empty(), "seals left: {seals:?}");
+    assert_eq!(committed_offsets(&task, &topic, 2), highs);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_answer_of_a_stored_object_counts_as_stored() {
+    lost_answer_scenario(Archive::fs(), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_answer_the_store_cannot_confirm_at_once_is_adopted_on_s3() {
+    lost_answer_scenario(Archive::s3(), true).await;
+}
+
+fn run_once_output(cfg: &Path, deadline_secs: u64) -> (Option<i32>, String) {
+    let out = std::process::Command::new(strata_bin())
+        .args(["dump", "--once", "--once-deadline"])
+        .arg(deadline_secs.to_string())
+        .arg("--config")
+        .arg(cfg)
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+/// Commits `offset` for every partition of `topic` in `group` (what
+/// `kafka-consumer-groups --reset-offsets` does).
+fn reset_group(group: &str, topic: &str, partitions: i32, offset: i64) {
+    use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+    let c: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, rdkafka::Offset::Offset(offset))
+            .unwrap();
+    }
+    c.commit(&tpl, CommitMode::Sync).unwrap();
+}
+
+fn admin_client() -> rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext> {
+    rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap()
+}
+
+/// A scheduled backup whose group was reset to the earliest offsets (and later deleted) while
+/// its objects remain: the next runs adopt what is archived and go on after it, exactly once.
+async fn reset_scenario(archive: Archive) {
+    let topic = unique("reset");
+    create_topic(&topic, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let task = unique("reset-task");
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "{}[[tasks]]\nname = \"{task}\"\ntopics = [\"{topic}\"]\nformat = \"jsonl\"\n",
+            archive.toml(None)
+        ),
+    );
+    let batch = |n: usize| sample_records(&topic, n, 2, chrono::Utc::now().timestamp_millis());
+    // Two runs: two objects per partition.
+    produce(&batch(100)).await;
+    run_once(&cfg);
+    produce(&batch(100)).await;
+    run_once(&cfg);
+    reset_group(&task, &topic, 2, 0);
+    produce(&batch(100)).await;
+    let (code, text) = run_once_output(&cfg, 60);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("adopting"), "{text}");
+    let store = archive.store().await;
+    assert_eq!(assert_exactly_once(store.as_ref(), &topic, 2).await, 300);
+    // The group is gone altogether (deleted, or its offsets expired): the archive says where.
+    let deleted = admin_client()
+        .delete_groups(&[task.as_str()], &rdkafka::admin::AdminOptions::new())
+        .await
+        .unwrap();
+    assert!(deleted.iter().all(|r| r.is_ok()), "{deleted:?}");
+    assert_eq!(committed_offsets(&task, &topic, 2), vec![-1, -1]);
+    produce(&batch(100)).await;
+    let (code, text) = run_once_output(&cfg, 60);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(assert_exactly_once(store.as_ref(), &topic, 2).await, 400);
+    assert_eq!(
+        index_problems(store.as_ref(), "", true).await,
+        Vec::<String>::new()
+    );
+    let admin = strata::kafka::Admin::new(&kafka_config()).unwrap();
+    let highs: Vec<i64> = (0..2)
+        .map(|p| admin.watermarks(&topic, p).unwrap().1)
+        .collect();
+    assert_eq!(committed_offsets(&task, &topic, 2), highs);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_group_reset_to_earliest_adopts_the_archive_and_goes_on() {
+    reset_scenario(Archive::fs()).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_group_reset_to_earliest_adopts_the_archive_and_goes_on_on_s3() {
+    reset_scenario(Archive::s3()).await;
+}
+
+/// A continuous dump is killed (no goodbye to the group) and the scheduled `--once` run starts
+/// at once: it waits for the dead member's session to time out, then archives everything.
+#[tokio::test(flavor = "multi_thread")]
+async fn once_right_after_a_crash_waits_for_the_group_and_archives_everything() {
+    let topic = unique("after-crash");
+    create_topic(&topic, 3).await;
+    produce(&sample_records(&topic, 300, 3, base_ts())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let archive = Archive::fs();
+    // The dead member holds the group for 20 s: longer than any single request timeout.
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "{}[kafka.properties]\n\"session.timeout.ms\" = 20000\n\"heartbeat.interval.ms\" = 1000\n[[tasks]]\nname = \"{}\"\ntopics = [\"{topic}\"]\nformat = \"jsonl\"\n",
+            archive.toml(None),
+            unique("after-crash-task")
+        ),
+    );
+    let log = dir.path().join("continuous.log");
+    let mut child = spawn_dump(&cfg, &log);
+    eventually(60, "the continuous dump owns partitions", || async {
+        count_in(&log, "Assigned") > 0
+    })
+    .await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (code, text) = run_once_output(&cfg, 120);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(!text.contains("cannot reach Kafka"), "{text}");
+    assert!(text.contains("waiting for the consumer group"), "{text}");
+    let store = archive.store().await;
+    assert_eq!(assert_exactly_once(store.as_ref(), &topic, 3).await, 300);
+}
+
+/// Offsets of a partition's archive, and the gap records of its directory.
+async fn archived_offsets(store: &dyn ObjectStore, topic: &str) -> Vec<i64> {
+    let mut offsets: Vec<i64> = read_archive(store, "", TextOptions::default())
+        .await
+        .iter()
+        .filter(|o| o.name.topic == topic)
+        .flat_map(|o| o.records.iter().map(|r| r.offset.unwrap()))
+        .collect();
+    offsets.sort();
+    offsets
+}
+
+fn delete_records_before(topic: &str, offset: i64) {
+    let mut tpl = rdkafka::TopicPartitionList::new();
+    tpl.add_partition_offset(topic, 0, rdkafka::Offset::Offset(offset))
+        .unwrap();
+    let rt = tokio::runtime::Handle::current();
+    let done = tokio::task::block_in_place(|| {
+        rt.block_on(admin_client().delete_records(&tpl, &rdkafka::admin::AdminOptions::new()))
+    })
+    .unwrap();
+    assert_eq!(
+        done.find_partition(topic, 0).unwrap().offset(),
+        rdkafka::Offset::Offset(offset)
+    );
+}
+
+/// Retention deleted records the group had not archived yet: the run archives what is there
+/// (never skipping to the end), says so, records the gap and exits 4, unless the task allows
+/// gaps. Both start modes.
+#[tokio::test(flavor = "multi_thread")]
+async fn records_deleted_before_they_were_archived_are_a_reported_gap() {
+    let archive = Archive::fs();
+    let dir = tempfile::tempdir().unwrap();
+    let store = archive.store().await;
+    for start in ["earliest", "latest"] {
+        let topic = unique("gap");
+        create_topic(&topic, 1).await;
+        let task = unique("gap-task");
+        let body = |allow: bool| {
+            format!(
+                "{}[[tasks]]\nname = \"{task}\"\ntopics = [\"{topic}\"]\nformat = \"jsonl\"\nstart_offset = \"{start}\"\ndirectory = \"{start}\"\nallow_retention_gaps = {allow}\n",
+                archive.toml(None)
+            )
+        };
+        let cfg = write_config(dir.path(), &body(false));
+        let batch = |n: usize| sample_records(&topic, n, 1, chrono::Utc::now().timestamp_millis());
+        produce(&batch(100)).await;
+        run_once(&cfg);
+        let first = if start == "earliest" { 0 } else { 100 };
+        assert_eq!(committed_offsets(&task, &topic, 1), vec![100]);
+        produce(&batch(100)).await;
+        delete_records_before(&topic, 150);
+        let (code, text) = run_once_output(&cfg, 60);
+        assert_eq!(code, Some(4), "{text}");
+        assert!(
+            text.contains(&format!("{topic}-0 offsets 100..149")),
+            "{text}"
+        );
+        let gap = format!(
+            "{start}/.strata/gaps/{topic}/0/{:020}-{:020}.json",
+            100, 150
+        );
+        let record: serde_json::Value =
+            serde_json::from_slice(&store.get(&gap).await.unwrap()).unwrap();
+        assert_eq!(
+            (record["from"].as_i64(), record["to"].as_i64()),
+            (Some(100), Some(150))
+        );
+        let mut want: Vec<i64> = (first..100).collect();
+        want.extend(150..200);
+        assert_eq!(archived_offsets(store.as_ref(), &topic).await, want);
+        assert_eq!(committed_offsets(&task, &topic, 1), vec![200]);
+        // A task that accepts gaps exits 0, and still records them.
+        std::fs::write(&cfg, body(true)).unwrap();
+        produce(&batch(50)).await;
+        delete_records_before(&topic, 220);
+        let (code, text) = run_once_output(&cfg, 60);
+        assert_eq!(code, Some(0), "{text}");
+        assert!(text.contains("deleted by retention"), "{text}");
+        let gap = format!(
+            "{start}/.strata/gaps/{topic}/0/{:020}-{:020}.json",
+            200, 220
+        );
+        assert!(store.get(&gap).await.is_ok(), "no gap record {gap}");
+        want.extend(220..250);
+        assert_eq!(archived_offsets(store.as_ref(), &topic).await, want);
+    }
 }

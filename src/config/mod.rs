@@ -519,6 +519,9 @@ pub struct DumpTask {
     pub format: FormatSpec,
     pub max_file_size: ByteSize,
     pub topic_refresh: Duration,
+    /// `--once` exits 0 even when retention deleted records before they were archived (the
+    /// gaps are still recorded and logged); otherwise such a run exits 4.
+    pub allow_retention_gaps: bool,
     /// `[tasks.cdc]`: values are change-data-capture messages, archived as one table per
     /// source table.
     pub cdc: Option<CdcOptions>,

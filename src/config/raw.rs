@@ -114,6 +114,7 @@ pub struct RawTask {
     pub compression: Option<String>,
     pub max_file_size: Option<RawSize>,
     pub topic_refresh_secs: Option<u64>,
+    pub allow_retention_gaps: Option<bool>,
     pub cdc: Option<RawCdc>,
     // Replicate tasks.
     pub direction: Option<String>,

@@ -102,7 +102,7 @@ pub fn render_report(origin: &str, c: &Config) -> String {
         }
         let _ = writeln!(
             o,
-            "  - {}: topics {} from {} (consumer group \"{}\"), every {} s or {}, {} -> {}/{}{}/ ({}, {} time)",
+            "  - {}: topics {} from {} (consumer group \"{}\"), every {} s or {}, {} -> {}/{}{}/ ({}, {} time){}",
             t.name,
             t.topics,
             t.start_offset.as_str(),
@@ -115,6 +115,11 @@ pub fn render_report(origin: &str, c: &Config) -> String {
             t.time_directory,
             t.time_zone,
             t.time_source.as_str(),
+            if t.allow_retention_gaps {
+                "; --once exits 0 on retention gaps"
+            } else {
+                ""
+            },
         );
     }
     if let Some(r) = &c.restore {

@@ -2,7 +2,7 @@
 //! Rebalance callbacks only record what changed; the worker applies it before it touches the
 //! next message, so buffers of revoked partitions are dropped before anything else happens.
 
-use crate::config::{DumpTask, KafkaConfig, StartOffset};
+use crate::config::{DumpTask, KafkaConfig};
 use crate::kafka::{client_config, servers, KafkaError};
 use rdkafka::client::ClientContext;
 use rdkafka::consumer::{BaseConsumer, ConsumerContext, Rebalance};
@@ -210,13 +210,10 @@ pub(super) fn create(
     c.set("group.id", task.name.as_str())
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
-        .set(
-            "auto.offset.reset",
-            match task.start_offset {
-                StartOffset::Earliest => "earliest",
-                StartOffset::Latest => "latest",
-            },
-        )
+        // Where a partition starts is settled explicitly once it is assigned (`start_offset`
+        // applies to a new group there); a position out of range (retention passed it) must
+        // never jump to the end and skip what is still there.
+        .set("auto.offset.reset", "earliest")
         .set("partition.assignment.strategy", "cooperative-sticky")
         .set("isolation.level", "read_committed")
         // Uploads happen between polls; leave room for a slow store before the group

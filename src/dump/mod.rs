@@ -12,10 +12,12 @@ pub(crate) mod batch;
 mod budget;
 pub mod cdc;
 pub(crate) mod consumer;
+pub(crate) mod index;
 mod once;
 pub mod params;
 mod poll;
 pub mod roll;
+pub(crate) mod start;
 mod upload;
 mod writer;
 
@@ -23,7 +25,7 @@ pub use once::{Coverage, PartitionReport};
 
 use crate::config::Config;
 use crate::kafka::KafkaError;
-use crate::store::StoreError;
+use crate::store::{ObjectStore, StoreError};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -38,6 +40,53 @@ pub struct Summary {
     pub cdc: cdc::Counts,
     /// `--once`: every partition of the task's topics, from where to where, and who covered it.
     pub partitions: Vec<PartitionReport>,
+    /// Offsets retention deleted before they were archived, found by this run.
+    pub gaps: Vec<GapReport>,
+}
+
+/// Offsets `from..to` (end exclusive) of a partition that retention deleted before they were
+/// archived (recorded under `<directory>/.strata/gaps/`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GapReport {
+    pub topic: String,
+    pub partition: i32,
+    pub from: i64,
+    pub to: i64,
+}
+
+/// A `--once` run that found retention gaps in a task that does not allow them fails with exit
+/// code 4 (after archiving everything there was).
+pub fn check_gaps(cfg: &Config, opts: DumpOptions, summaries: &[Summary]) -> Result<(), DumpError> {
+    if !opts.once {
+        return Ok(());
+    }
+    for s in summaries.iter().filter(|s| !s.gaps.is_empty()) {
+        let Some(task) = cfg.tasks.iter().find(|t| t.name.as_str() == s.task) else {
+            continue;
+        };
+        if task.allow_retention_gaps {
+            continue;
+        }
+        let gaps: Vec<String> = s
+            .gaps
+            .iter()
+            .map(|g| {
+                format!(
+                    "{}-{} offsets {}..{}",
+                    g.topic,
+                    g.partition,
+                    g.from,
+                    g.to - 1
+                )
+            })
+            .collect();
+        return Err(DumpError::RetentionGaps {
+            task: s.task.clone(),
+            gaps: gaps.join(", "),
+            records: format!("{}.strata/gaps/", task.directory.prefix()),
+        });
+    }
+    Ok(())
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +109,38 @@ pub enum DumpError {
         deadline_secs: u64,
         partitions: String,
     },
+    #[error("task {task}: partition {topic}-{partition} ends at offset {high}, but its archive already holds offsets up to {end}: the topic was deleted and created again (its offsets start over), its log was truncated, or the directory holds another cluster's archive. Records archived now would take the names of archived ones: give the task a new directory, or move the partition's objects and its index ({index}) away")]
+    ArchiveAhead {
+        task: String,
+        topic: String,
+        partition: i32,
+        end: i64,
+        high: i64,
+        index: String,
+    },
+    #[error("task {task}: the group's committed offset {committed} of partition {topic}-{partition} is past the partition's end ({high}): the topic was deleted and created again, or its log was truncated (an unclean leader election). Check the topic; to archive what it holds now, reset the group (kafka-consumer-groups.sh --group {task} --topic {topic}:{partition} --reset-offsets --to-earliest --execute) and, for a topic created again, give the task a new directory")]
+    CommittedAhead {
+        task: String,
+        topic: String,
+        partition: i32,
+        committed: i64,
+        high: i64,
+    },
+    #[error("task {task}: {object} already exists and nothing says where it ends (no seal under the directory's .strata/index/: an older strata or another program wrote it), while the group's committed offset of {topic}-{partition} ({committed}) does not go past its first offset {first}: the group's offsets went back (reset, deleted or expired). Move the group past the object (kafka-consumer-groups.sh --group {task} --topic {topic}:{partition} --reset-offsets --to-offset <the offset after its last record> --execute), or move the object out of the directory to archive its records again")]
+    Unexplained {
+        task: String,
+        object: String,
+        topic: String,
+        partition: i32,
+        first: i64,
+        committed: String,
+    },
+    #[error("task {task}: archived every partition, but retention deleted records before they were archived: {gaps}; each gap is recorded under {records}. Set allow_retention_gaps = true on the task to let such runs exit 0")]
+    RetentionGaps {
+        task: String,
+        gaps: String,
+        records: String,
+    },
     #[error("task {task}: worker stopped unexpectedly: {detail}")]
     Worker { task: String, detail: String },
     #[error(transparent)]
@@ -74,10 +155,12 @@ pub enum DumpError {
 
 impl DumpError {
     /// Exit code for the CLI: 3 when `--once` ran out of time with partitions not covered, so a
-    /// scheduler can tell "incomplete, run again" from a failure.
+    /// scheduler can tell "incomplete, run again" from a failure; 4 when it archived everything
+    /// there was but retention had deleted records first.
     pub fn exit_code(&self) -> u8 {
         match self {
             DumpError::OnceIncomplete { .. } => 3,
+            DumpError::RetentionGaps { .. } => 4,
             _ => 1,
         }
     }
@@ -213,6 +296,17 @@ pub async fn run(
     opts: DumpOptions,
     stop: Arc<AtomicBool>,
 ) -> Result<Vec<Summary>, DumpError> {
+    run_wrapped(cfg, opts, stop, |s| s).await
+}
+
+/// [`run`] with every task's store passed through `wrap` once opened: how tests put a store
+/// that loses answers or fails on cue between strata and the real one.
+pub async fn run_wrapped(
+    cfg: &Config,
+    opts: DumpOptions,
+    stop: Arc<AtomicBool>,
+    wrap: impl Fn(Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore>,
+) -> Result<Vec<Summary>, DumpError> {
     if cfg.tasks.is_empty() {
         return Err(DumpError::NoTasks);
     }
@@ -223,7 +317,7 @@ pub async fn run(
             task: task.name.to_string(),
             source,
         };
-        let store = crate::store::open(&task.store).await.map_err(err)?;
+        let store = wrap(crate::store::open(&task.store).await.map_err(err)?);
         store.check().await.map_err(err)?;
         params::check_or_record(store.as_ref(), task).await?;
         let probe = format!(

@@ -81,8 +81,8 @@ impl Targets {
     /// group stands.
     pub fn note(
         consumer: &BaseConsumer<super::consumer::DumpContext>,
+        group: &Reader,
         topics: &[String],
-        start_latest: bool,
         deadline: Duration,
     ) -> Result<Self, KafkaError> {
         let unreachable = |e: rdkafka::error::KafkaError| KafkaError::Unreachable {
@@ -102,7 +102,7 @@ impl Targets {
                 tpl.add_partition(t.name(), p.id());
             }
         }
-        let committed = crate::kafka::committed_offsets(consumer, &tpl, Duration::from_secs(30))
+        let committed = crate::kafka::committed_offsets(group, &tpl, Duration::from_secs(30))
             .map_err(unreachable)?;
         let mut parts = BTreeMap::new();
         for e in tpl.elements() {
@@ -113,13 +113,11 @@ impl Targets {
                     detail: format!("watermarks of partition {}: {err}", e.partition()),
                 })?;
             let c = offset_of(&committed, e.topic(), e.partition());
-            // A new group at `latest` starts at the end: nothing to archive this run.
-            let from = match c {
-                Some(c) => c.max(low),
-                None if start_latest => high,
-                None => low,
-            };
-            let nothing = from >= high;
+            // Without a committed offset the partition's start is settled once it is assigned
+            // (from where its archive ends, or as the task starts): it is covered once that
+            // start is committed.
+            let from = c.map_or(low, |c| c.max(low));
+            let nothing = c.is_some_and(|c| c >= high);
             parts.insert(
                 Tp::new(e.topic(), e.partition()),
                 Target {
@@ -155,6 +153,11 @@ impl Targets {
 
     pub fn past_deadline(&self) -> bool {
         Instant::now() >= self.deadline
+    }
+
+    /// Time left until the deadline.
+    pub fn left(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
     }
 
     /// Updates coverage from the group's committed offsets.

@@ -8,12 +8,14 @@
 use super::batch::Batch;
 use super::budget::ByteBudget;
 use super::consumer::{self, AssignmentChange, DumpContext};
+use super::index::{self, Seal};
 use super::once::{offset_of, Probe, Targets};
-use super::upload::{self, Control, PartitionFlags, Seal, UploadContext};
+use super::start::Facts;
+use super::upload::{Control, PartitionFlags, UploadContext};
 use super::writer::{self, ToWriter, WriterContext};
 use super::{DumpError, DumpOptions, Fatal, Metrics, Summary, Tp};
-use crate::config::{DumpTask, KafkaConfig, StartOffset, TopicSelector};
-use crate::kafka::{refusal, KafkaError};
+use crate::config::{DumpTask, KafkaConfig, TopicSelector};
+use crate::kafka::{refusal, KafkaError, Reader};
 use crate::store::{ErrorKind, ObjectStore};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
@@ -37,6 +39,8 @@ const PAUSE_BEHIND: Duration = Duration::from_secs(2);
 const STOP_GRACE: Duration = Duration::from_secs(60);
 /// ... and a `--once` run this long.
 const ONCE_STOP_GRACE: Duration = Duration::from_secs(300);
+/// How often a `--once` run that holds no partition yet says it is waiting for the group.
+const GROUP_WAIT_NOTE: Duration = Duration::from_secs(5);
 
 /// Everything a task needs to run.
 pub(super) struct TaskSetup<'a> {
@@ -102,6 +106,7 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
     let part_size = s.store.part_size();
     let sh = shares(s.memory, part_size, writers, task.cdc.is_some());
     let consumer = consumer::create(s.kafka, &task, sh.queue, false)?;
+    let group = crate::kafka::group_reader(s.kafka, task.name.as_str())?;
     let fatal = Arc::new(Fatal::default());
     let metrics = Arc::new(Metrics::new(&name));
     let stats = Arc::new(Mutex::new(Summary {
@@ -118,8 +123,11 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
         stats: stats.clone(),
         metrics: metrics.clone(),
         unstored: Arc::new(AtomicU64::new(0)),
+        start_offset: task.start_offset,
+        litter_age: task.interval + s.leftover_age,
+        gaps: Arc::new(Mutex::new(Vec::new())),
     });
-    clean_up_leftovers(&s.rt, &consumer, &task, s.store.as_ref(), s.leftover_age);
+    clean_up_leftovers(&s.rt, &group, &task, s.store.as_ref(), s.leftover_age);
     let in_flight = ByteBudget::new(sh.in_flight);
     let buffered = Arc::new(AtomicUsize::new(0));
     let mut senders = Vec::new();
@@ -149,6 +157,8 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
         task: task.clone(),
         kafka: s.kafka.clone(),
         rt: s.rt,
+        group,
+        waiting_note: Instant::now() + GROUP_WAIT_NOTE,
         stash: (0..senders.len()).map(|_| VecDeque::new()).collect(),
         behind_since: vec![None; senders.len()],
         writers: senders,
@@ -192,17 +202,33 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
     }
     let mut summary = stats.lock().map(|s| s.clone()).unwrap_or_default();
     summary.partitions = report.unwrap_or_default();
+    summary.gaps = ucx
+        .gaps
+        .lock()
+        .map(|g| {
+            g.iter()
+                .map(|(tp, gap)| super::GapReport {
+                    topic: tp.topic.to_string(),
+                    partition: tp.partition,
+                    from: gap.from,
+                    to: gap.to,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     tracing::info!(task = %task.name, objects = summary.objects, records = summary.records, "task finished: everything buffered is stored and committed");
     Ok(summary)
 }
 
-/// Removes what a crash of an earlier run left: incomplete uploads and seals older than any
-/// object of this task can live (its interval plus `limits.leftover_age_secs`), except the seal
-/// of a stored object whose offsets are not committed (its next owner adopts the object). Done
-/// before consuming starts, within a bounded time.
+/// Removes what a crash of an earlier run left: incomplete uploads older than any object of
+/// this task can live (its interval plus `limits.leftover_age_secs`), and the seals strata
+/// versions before the kept index left (except the seal of a stored object whose offsets are
+/// not committed: its next owner adopts the object). Seals of the index that never became
+/// visible are removed by each partition's sequencer when it meets them. Done before consuming
+/// starts, within a bounded time.
 fn clean_up_leftovers(
     rt: &tokio::runtime::Handle,
-    c: &BaseConsumer<DumpContext>,
+    c: &Reader,
     task: &DumpTask,
     store: &dyn ObjectStore,
     leftover_age: Duration,
@@ -224,14 +250,14 @@ fn clean_up_leftovers(
         let cutoff = chrono::Utc::now()
             - chrono::Duration::from_std(older_than).unwrap_or(chrono::Duration::MAX);
         let mut found = Vec::new();
-        let Ok(listed) = store.list(&format!("{prefix}.strata/seals/")).await else {
+        let Ok(listed) = store.list(&index::legacy_prefix(&task.directory)).await else {
             return found;
         };
         for o in listed
             .iter()
             .filter(|o| o.last_modified.is_some_and(|t| t < cutoff))
         {
-            let Some((tp, _, tag)) = upload::parse_seal_key(&task.directory, &o.key) else {
+            let Some((tp, _, tag)) = index::parse_legacy_seal_key(&task.directory, &o.key) else {
                 continue;
             };
             let Ok(raw) = store.get(&o.key).await else {
@@ -298,7 +324,7 @@ fn clean_up_leftovers(
                 let at = committed
                     .as_ref()
                     .and_then(|l| offset_of(l, &tp.topic, tp.partition));
-                upload::seal_is_litter(seal, tag, object_tag.as_deref(), at)
+                index::legacy_seal_is_litter(seal, tag, object_tag.as_deref(), at)
             }
         })
         .map(|(k, _, _)| k)
@@ -332,6 +358,10 @@ struct Poll {
     task: Arc<DumpTask>,
     kafka: KafkaConfig,
     rt: tokio::runtime::Handle,
+    /// Reads the group's committed offsets: never queued behind the consumer's JoinGroup.
+    group: Reader,
+    /// `--once`: when to say next that the run is waiting for the group to assign partitions.
+    waiting_note: Instant,
     writers: Vec<SyncSender<ToWriter>>,
     /// Per writer, messages its full queue did not take yet (in order).
     stash: Vec<VecDeque<ToWriter>>,
@@ -376,13 +406,8 @@ impl Poll {
         self.refresh_subscription(c)?;
         if self.opts.once {
             self.targets = Some(
-                Targets::note(
-                    c,
-                    &self.subscribed,
-                    self.task.start_offset == StartOffset::Latest,
-                    self.opts.once_deadline,
-                )
-                .map_err(DumpError::Kafka)?,
+                Targets::note(c, &self.group, &self.subscribed, self.opts.once_deadline)
+                    .map_err(DumpError::Kafka)?,
             );
         }
         let mut next_tick = Instant::now() + TICK;
@@ -625,10 +650,14 @@ impl Poll {
                     to,
                     commit,
                     cut,
+                    limit,
                     ack,
                 } => {
-                    let r = self.rewind(c, &tp, to, commit, cut);
+                    let r = self.rewind(c, &tp, to, commit, cut, limit);
                     let _ = ack.send(r);
+                }
+                Control::Facts { tp, ack } => {
+                    let _ = ack.send(self.facts(c, &tp));
                 }
             }
         }
@@ -646,43 +675,56 @@ impl Poll {
         }
     }
 
-    /// Moves a partition back (or on, after an adopted object) to `to`, or to the group's
-    /// committed offset; bumps its epoch so the writer drops what was read before. The new
-    /// epoch is the answer.
+    /// The group's committed offset and the partition's watermarks, now.
+    fn facts(&self, c: &BaseConsumer<DumpContext>, tp: &Tp) -> Result<Facts, String> {
+        let committed = self.committed(tp)?;
+        let (low, high) = c
+            .fetch_watermarks(&tp.topic, tp.partition, Duration::from_secs(10))
+            .map_err(|e| format!("watermarks: {e}"))?;
+        Ok(Facts {
+            committed,
+            low,
+            high,
+        })
+    }
+
+    /// The group's committed offset of one partition.
+    fn committed(&self, tp: &Tp) -> Result<Option<i64>, String> {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&tp.topic, tp.partition);
+        let committed = crate::kafka::committed_offsets(&self.group, &tpl, Duration::from_secs(10))
+            .map_err(|e| format!("the group's committed offset: {e}"))?;
+        Ok(offset_of(&committed, &tp.topic, tp.partition))
+    }
+
+    /// Moves a partition back (after a failed upload) or on (after an adopted object, to a
+    /// settled start) to `to`; bumps its epoch so the writer drops what was read before. With
+    /// `commit`, the group's committed offset wins when it is further (this position was
+    /// stale), and `to` is committed when the group is behind it. The new epoch is the answer.
     fn rewind(
         &mut self,
         c: &BaseConsumer<DumpContext>,
         tp: &Tp,
-        to: Option<i64>,
+        to: i64,
         commit: bool,
         cut: Option<i64>,
+        limit: Option<i64>,
     ) -> Result<u64, String> {
         if !self.parts.contains_key(tp) {
             return Err("the partition is not assigned to this member any more".into());
         }
-        let to = match to {
-            Some(o) => o,
-            None => {
-                let mut tpl = TopicPartitionList::new();
-                tpl.add_partition(&tp.topic, tp.partition);
-                let committed = crate::kafka::committed_offsets(c, &tpl, Duration::from_secs(10))
-                    .map_err(|e| e.to_string())?;
-                match offset_of(&committed, &tp.topic, tp.partition) {
-                    Some(o) => o,
-                    None => {
-                        let (low, _) = c
-                            .fetch_watermarks(&tp.topic, tp.partition, Duration::from_secs(10))
-                            .map_err(|e| e.to_string())?;
-                        low
-                    }
+        let mut to = to;
+        if commit {
+            match self.committed(tp)? {
+                Some(at) if at >= to => to = at,
+                _ => {
+                    let mut tpl = TopicPartitionList::new();
+                    let _ = tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(to));
+                    c.commit(&tpl, CommitMode::Sync)
+                        .map_err(|e| e.to_string())?;
+                    self.once_soon |= self.targets.is_some();
                 }
             }
-        };
-        if commit {
-            let mut tpl = TopicPartitionList::new();
-            let _ = tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(to));
-            c.commit(&tpl, CommitMode::Sync)
-                .map_err(|e| e.to_string())?;
         }
         c.seek(
             &tp.topic,
@@ -707,6 +749,7 @@ impl Poll {
                 epoch,
                 from: to,
                 cut,
+                limit,
             },
         );
         self.update_pauses(c);
@@ -721,9 +764,6 @@ impl Poll {
                 AssignmentChange::Assigned(list) => {
                     for (topic, partition) in &list {
                         self.assign(c, Tp::new(topic, *partition));
-                    }
-                    if self.task.start_offset == StartOffset::Latest {
-                        self.commit_start_of_new_group(c, &list)?;
                     }
                 }
                 AssignmentChange::Revoked(list) => {
@@ -781,42 +821,6 @@ impl Poll {
                 flags,
             },
         );
-    }
-
-    /// A group without a committed offset that starts at `latest` commits that position at once:
-    /// otherwise a run that stores nothing commits nothing, and the next run starts at the
-    /// (later) end again, skipping what arrived in between.
-    fn commit_start_of_new_group(
-        &mut self,
-        c: &BaseConsumer<DumpContext>,
-        tps: &[(String, i32)],
-    ) -> Result<(), DumpError> {
-        let mut tpl = TopicPartitionList::new();
-        for (t, p) in tps {
-            tpl.add_partition(t, *p);
-        }
-        let committed = crate::kafka::committed_offsets(c, &tpl, Duration::from_secs(30))
-            .map_err(kafka_err("the group coordinator"))?;
-        let mut initial = TopicPartitionList::new();
-        for (t, p) in tps {
-            if offset_of(&committed, t, *p).is_none() {
-                let (_, high) =
-                    c.fetch_watermarks(t, *p, Duration::from_secs(30))
-                        .map_err(|e| {
-                            DumpError::Kafka(KafkaError::Topic {
-                                topic: t.clone(),
-                                detail: format!("watermarks of partition {p}: {e}"),
-                            })
-                        })?;
-                let _ = initial.add_partition_offset(t, *p, Offset::Offset(high));
-            }
-        }
-        if initial.count() > 0 {
-            if let Err(e) = c.commit(&initial, CommitMode::Sync) {
-                tracing::warn!(task = %self.task.name, error = %e, "could not commit the starting position of a new group; a restart before the first upload starts at the end again");
-            }
-        }
-        Ok(())
     }
 
     fn tick(&mut self, c: &BaseConsumer<DumpContext>) -> Result<(), DumpError> {
@@ -880,7 +884,7 @@ impl Poll {
             return Ok(true);
         };
         let committed =
-            crate::kafka::committed_offsets(c, &targets.list(), Duration::from_secs(10))
+            crate::kafka::committed_offsets(&self.group, &targets.list(), Duration::from_secs(10))
                 .map_err(kafka_err("the group coordinator"))?;
         // Targets this run reached and stored up to, where the group is still behind them.
         let mut behind = TopicPartitionList::new();
@@ -917,6 +921,10 @@ impl Poll {
         }
         if targets.past_deadline() {
             return Err(targets.incomplete(self.task.name.as_str()));
+        }
+        if self.parts.is_empty() && Instant::now() >= self.waiting_note {
+            self.waiting_note = Instant::now() + GROUP_WAIT_NOTE;
+            tracing::info!(task = %self.task.name, group = %self.task.name, left_s = targets.left().as_secs(), "waiting for the consumer group to give this run partitions: a member that stopped without leaving the group (killed, crashed) keeps its partitions until its session times out (session.timeout.ms, 45 s unless set), and other members finish what they hold; waiting up to the --once deadline");
         }
         Ok(false)
     }

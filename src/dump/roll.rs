@@ -21,6 +21,8 @@ pub enum RollReason {
     Cut,
     /// A CDC message adds a column to a table whose file's columns are fixed.
     Schema,
+    /// The archive already holds the partition's next offsets (an object stored before).
+    Archived,
 }
 
 impl RollReason {
@@ -33,6 +35,7 @@ impl RollReason {
             Self::Shutdown => "shutdown",
             Self::Cut => "cut",
             Self::Schema => "schema",
+            Self::Archived => "archived",
         }
     }
 }

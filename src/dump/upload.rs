@@ -5,17 +5,21 @@
 //!
 //! That order is what keeps a replay from duplicating: at most one stored object of a partition
 //! is ahead of its committed offset. Objects are created "first writer wins" (a conditional
-//! create); before that, a small seal records where the object ends, so a writer that finds
-//! the key taken (its own crashed predecessor's, or a zombie's) adopts the stored object: it
-//! commits past it and rewinds the partition to right after it. A failed upload rewinds the
-//! partition to the object's first offset: Kafka, not memory, holds data awaiting a retry.
+//! create); before that, a seal records where the object ends and stays as the object's entry
+//! in the archive's index ([`super::index`]). A writer that finds the key taken (by its own
+//! earlier attempt, a crashed predecessor, a zombie, or because the group's offsets went back)
+//! adopts the stored object: it commits past it and rewinds the partition to right after it.
+//! A failed upload rewinds the partition to the object's first offset: Kafka, not memory, holds
+//! data awaiting a retry.
 
+use super::index::{self, PartitionIndex, Place, Seal};
+use super::start::{self, Facts, Gap, Plan, Refusal};
 use super::writer::{ObjectEnd, Opened, ToObject, WindowRequest};
-use super::{Fatal, Tp};
+use super::{DumpError, Fatal, Tp};
+use crate::config::StartOffset;
 use crate::layout::DumpDir;
 use crate::store::{ErrorKind, Finish, Finished, MultipartUpload, ObjectStore, StoreError};
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,71 +35,24 @@ pub(super) enum Control {
         offset: i64,
         ack: oneshot::Sender<Result<(), String>>,
     },
-    /// Seek the partition back to `to` (after committing it first when `commit`), bump its
-    /// epoch and tell its writer. `to: None` means "to the group's committed offset".
+    /// Seek the partition to `to`, bump its epoch and tell its writer. With `commit`, the
+    /// group's committed offset wins when it is further (this member's position was stale),
+    /// and `to` is committed when the group is behind it.
     Rewind {
         tp: Tp,
-        to: Option<i64>,
+        to: i64,
         commit: bool,
         /// The partition's next object must end right after this offset.
         cut: Option<i64>,
+        /// Objects of the partition must end before this offset (archived from there on).
+        limit: Option<i64>,
         ack: oneshot::Sender<Result<u64, String>>,
     },
-}
-
-/// Where a stored object ends, written before the object is created so that whoever finds the
-/// key taken can tell where to go on. Removed once the object's offsets are committed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Seal {
-    pub key: String,
-    pub last_offset: i64,
-    pub next_offset: i64,
-    pub records: u64,
-    /// A CDC bundle's files and the tag of each one's upload (empty for a single object).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub files: Vec<(String, String)>,
-}
-
-/// Where the seals of the objects (or bundles) starting at `first` live.
-pub(crate) fn seal_dir(dir: &DumpDir, tp: &Tp, first: i64) -> String {
-    format!(
-        "{}.strata/seals/{}/{}/{first:020}/",
-        dir.prefix(),
-        tp.topic,
-        tp.partition
-    )
-}
-
-/// The seal of the object under `key` (first offset `first`) written by the upload `tag`.
-pub(crate) fn seal_key(dir: &DumpDir, tp: &Tp, first: i64, tag: &str) -> String {
-    format!("{}{tag}", seal_dir(dir, tp, first))
-}
-
-/// The partition, first offset and upload tag a seal's key names (`None`: not a seal key).
-pub(crate) fn parse_seal_key(dir: &DumpDir, key: &str) -> Option<(Tp, i64, String)> {
-    let rest = key.strip_prefix(&format!("{}.strata/seals/", dir.prefix()))?;
-    let mut parts = rest.split('/');
-    let topic = parts.next()?;
-    let partition = parts.next()?.parse().ok()?;
-    let first = parts.next()?.parse().ok()?;
-    let tag = parts.next()?;
-    if topic.is_empty() || tag.is_empty() || parts.next().is_some() {
-        return None;
-    }
-    Some((Tp::new(topic, partition), first, tag.to_string()))
-}
-
-/// Whether a seal a crash left may go: its object was never made visible by that upload
-/// (`object_tag` is another's or none), or the group committed past it. A seal of a stored
-/// object whose offsets are not committed stays: it is what lets the partition's next owner
-/// adopt that object instead of finding its key taken with nothing saying where it ends.
-pub(crate) fn seal_is_litter(
-    seal: &Seal,
-    seal_tag: &str,
-    object_tag: Option<&str>,
-    committed: Option<i64>,
-) -> bool {
-    object_tag != Some(seal_tag) || committed.is_some_and(|c| c >= seal.next_offset)
+    /// The group's committed offset and the partition's watermarks, now.
+    Facts {
+        tp: Tp,
+        ack: oneshot::Sender<Result<Facts, String>>,
+    },
 }
 
 /// What the sequencers of a task share.
@@ -110,6 +67,12 @@ pub(super) struct UploadContext {
     /// Objects that could not be stored before their partition's sequencer stopped (other
     /// than by a revocation): a shutdown that leaves any is not a clean one.
     pub unstored: Arc<AtomicU64>,
+    /// Where a new group starts (a partition with no committed offset and no archive).
+    pub start_offset: StartOffset,
+    /// Seals older than this whose upload never made its object visible are litter.
+    pub litter_age: Duration,
+    /// Offsets retention deleted before they were archived, found by this run.
+    pub gaps: Arc<Mutex<Vec<(Tp, Gap)>>>,
 }
 
 /// What the stages of one partition tell each other without a message.
@@ -120,7 +83,7 @@ pub(super) struct PartitionFlags {
     /// Objects opened (counted by the writer) and not yet committed or dropped (by the
     /// sequencer).
     pub pending: AtomicU64,
-    /// Objects stored and committed by this process.
+    /// Objects stored (or adopted) and committed by this process.
     pub stored: AtomicU64,
     /// Set by the writer once it handled a `Close` of this partition (cleared by the poll loop
     /// when it routes more records or rewinds): nothing of it is left in the writer.
@@ -241,21 +204,31 @@ async fn upload_object(
 /// What to do once the head object was finished (pure: the decisions of the sequencer).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Step {
-    /// Stored: commit its next offset, then go on.
+    /// Stored by this upload (also when its answer was lost and a retry found the key taken
+    /// by this very upload): commit its next offset, then go on.
     Commit(i64),
-    /// The key was taken by an object that ends before `next`: commit `next` and rewind there.
+    /// The key was taken by an object whose seal says it ends before `next`: commit `next`
+    /// (unless the group is past it) and go on there.
     Adopt(i64),
-    /// The key was taken by an object whose seal is gone: its writer committed past it, so this
-    /// partition's position is stale; rewind to the group's committed offset.
-    Stale,
+    /// The key was taken by an object no seal explains (written by strata before the index
+    /// was kept, or by another program).
+    Unexplained,
 }
 
-pub(crate) fn decide(first: i64, last: i64, finished: Finished, found: Option<&Seal>) -> Step {
+/// `own`: the object under the key carries this upload's tag.
+pub(crate) fn decide(
+    first: i64,
+    last: i64,
+    finished: Finished,
+    own: bool,
+    found: Option<&Seal>,
+) -> Step {
     match finished {
         Finished::Stored => Step::Commit(last + 1),
+        Finished::Exists if own => Step::Commit(last + 1),
         Finished::Exists => match found {
             Some(s) if s.next_offset > first => Step::Adopt(s.next_offset),
-            _ => Step::Stale,
+            _ => Step::Unexplained,
         },
     }
 }
@@ -278,112 +251,718 @@ fn next_backoff(d: Option<Duration>) -> Duration {
     d.map_or(Duration::from_secs(1), |d| (d * 2).min(MAX_BACKOFF))
 }
 
-/// Runs a partition's sequencer until its writer hangs up (revocation or shutdown).
+/// Where a rewind takes a partition.
+#[derive(Debug, Clone, Copy)]
+struct Seek {
+    to: i64,
+    commit: bool,
+    cut: Option<i64>,
+    limit: Option<i64>,
+}
+
+impl Seek {
+    fn to(to: i64) -> Self {
+        Self {
+            to,
+            commit: false,
+            cut: None,
+            limit: None,
+        }
+    }
+
+    /// Commits the position too (see [`Control::Rewind`]).
+    fn committing(self) -> Self {
+        Self {
+            commit: true,
+            ..self
+        }
+    }
+}
+
+/// How a partition's start ended.
+enum Started {
+    /// The partition reads on from the group's committed offset.
+    AsCommitted,
+    /// The partition was moved; its epoch is this now.
+    Rewound(u64),
+    /// Revoked, or the task failed.
+    Stopped,
+}
+
+/// Runs a partition's sequencer until its writer hangs up (revocation or shutdown). Before it
+/// makes any object visible, the partition's start is settled (see [`super::start`]).
 pub(super) async fn sequence(
     tp: Tp,
-    mut epoch: u64,
+    epoch: u64,
     mut opened: mpsc::Receiver<Opened>,
     flags: Arc<PartitionFlags>,
     cx: Arc<UploadContext>,
 ) {
-    let mut queue: VecDeque<InFlight> = VecDeque::new();
+    let index = PartitionIndex::new(&cx.dir, &tp, cx.litter_age);
+    let mut starting = Some(tokio::spawn(start_partition(
+        cx.clone(),
+        tp.clone(),
+        index,
+        flags.clone(),
+    )));
+    let mut s = Sequencer {
+        tp,
+        epoch,
+        cx,
+        flags,
+        queue: VecDeque::new(),
+        index: None,
+        placed: None,
+        limit: None,
+        stale: Vec::new(),
+        unresolved: Vec::new(),
+        behind: false,
+    };
     let mut backoff: Option<Duration> = None;
     let mut input_open = true;
-    // Seals that could not be removed (the store was down): removed after the next success.
-    let mut stale: Vec<String> = Vec::new();
-    // Records were read and are not stored: a failure rewound the partition and nothing was
-    // stored since. A sequencer that ends so (not revoked) leaves its records for the next run.
-    let mut behind = false;
     loop {
-        if !input_open && queue.is_empty() {
-            if behind && !flags.revoked.load(Ordering::Relaxed) {
-                cx.unstored.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, "stopping with records of this partition not stored; they are read again by the next run");
+        if !input_open && s.queue.is_empty() && starting.is_none() {
+            if s.behind && !s.flags.revoked.load(Ordering::Relaxed) {
+                s.cx.unstored.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(task = %s.cx.task, topic = %s.tp.topic, partition = s.tp.partition, "stopping with records of this partition not stored; they are read again by the next run");
             }
             return;
         }
-        if flags.revoked.load(Ordering::Relaxed) || cx.fatal.is_set() {
-            abort_all(&mut queue, &flags);
+        if s.flags.revoked.load(Ordering::Relaxed) || s.cx.fatal.is_set() {
+            abort_all(&mut s.queue, &s.flags);
             return;
         }
         let done = tokio::select! {
+            r = async {
+                match starting.as_mut() {
+                    Some(t) => t.await,
+                    None => std::future::pending().await,
+                }
+            }, if starting.is_some() => {
+                starting = None;
+                let Ok((how, index)) = r else {
+                    s.cx.fatal.set(DumpError::Worker { task: s.cx.task.clone(), detail: "a partition's start failed".into() });
+                    continue;
+                };
+                s.index = Some(index);
+                match how {
+                    Started::AsCommitted => {
+                        if let Some(first) = s.queue.front().map(|h| h.first) {
+                            s.check_place(first).await;
+                        }
+                    }
+                    Started::Rewound(e) => s.moved(e),
+                    Started::Stopped => {
+                        abort_all(&mut s.queue, &s.flags);
+                        return;
+                    }
+                }
+                None
+            }
             m = opened.recv(), if input_open => {
                 match m {
-                    Some(o) if o.epoch < epoch => {
+                    Some(o) if o.epoch < s.epoch => {
                         // A rewind made it stale.
-                        flags.pending.fetch_sub(1, Ordering::Relaxed);
+                        s.flags.pending.fetch_sub(1, Ordering::Relaxed);
                         drop(o);
                     }
                     Some(o) => {
                         if let Some(req) = o.window {
-                            tokio::spawn(load_window(cx.clone(), tp.clone(), req, flags.clone()));
+                            tokio::spawn(load_window(s.cx.clone(), s.tp.clone(), req, s.flags.clone()));
                         }
-                        let task = tokio::spawn(upload_object(cx.store.clone(), o.key.clone(), o.parts));
-                        queue.push_back(InFlight { seq: o.seq, key: o.key, first: o.first_offset, task });
+                        let first = o.first_offset;
+                        let task = tokio::spawn(upload_object(s.cx.store.clone(), o.key.clone(), o.parts));
+                        s.queue.push_back(InFlight { seq: o.seq, key: o.key, first, task });
+                        // The first object after a (re)start, and any below where the archive
+                        // is known to end, is checked against what is archived already.
+                        let below = s.index.as_ref().and_then(PartitionIndex::known_end).is_some_and(|e| first < e);
+                        if s.index.is_some() && (s.placed != Some(s.epoch) || below) {
+                            s.check_place(first).await;
+                        }
                     }
                     None => input_open = false,
                 }
                 None
             }
-            r = head_outcome(&mut queue), if !queue.is_empty() => Some(r),
+            r = head_outcome(&mut s.queue), if !s.queue.is_empty() && starting.is_none() => Some(r),
             // Notice a revocation or another stage's fatal error while waiting.
             _ = tokio::time::sleep(Duration::from_millis(200)) => None,
         };
         let Some(outcome) = done else {
             continue;
         };
-        let Some(head) = queue.pop_front() else {
+        let Some(head) = s.queue.pop_front() else {
             continue;
         };
         // The head counts as pending until its offsets are committed or the partition was
         // rewound past it: until then the partition is not idle.
-        let result = finish_head(&tp, &head, outcome, &cx, &flags, &mut stale).await;
-        if result.is_ok() && !stale.is_empty() {
+        let result = s.finish_head(&head, outcome).await;
+        if result.is_ok() && !s.stale.is_empty() {
             let mut left = Vec::new();
-            for key in stale.drain(..) {
-                if cx.store.delete(&key).await.is_err() {
+            for key in s.stale.drain(..) {
+                if s.cx.store.delete(&key).await.is_err() {
                     left.push(key);
                 }
             }
-            stale = left;
+            s.stale = left;
         }
         match result {
             Ok(Some(new_epoch)) => {
                 // Rewound: what was queued behind the head belongs to the old position.
-                epoch = new_epoch;
-                abort_all(&mut queue, &flags);
+                s.moved(new_epoch);
                 backoff = None;
             }
             Ok(None) => {
                 backoff = None;
-                behind = false;
+                s.behind = false;
             }
             Err(e) if fatal(&e) => {
-                cx.metrics.store_fatal.increment(1);
-                cx.fatal.set(super::DumpError::Store {
-                    task: cx.task.clone(),
+                s.cx.metrics.store_fatal.increment(1);
+                s.cx.fatal.set(DumpError::Store {
+                    task: s.cx.task.clone(),
                     source: e,
                 });
-                abort_all(&mut queue, &flags);
-                flags.pending.fetch_sub(1, Ordering::Relaxed);
+                abort_all(&mut s.queue, &s.flags);
+                s.flags.pending.fetch_sub(1, Ordering::Relaxed);
                 return;
             }
             Err(e) => {
                 // Retry from the head's first offset once the store had a moment.
-                cx.metrics.store_errors.increment(1);
+                s.cx.metrics.store_errors.increment(1);
                 let pause = next_backoff(backoff);
                 backoff = Some(pause);
-                tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, seq = head.seq, error = %e, retry_in_s = pause.as_secs(), "storing failed; the partition is read again from the object's first offset after a pause (its offsets stay uncommitted)");
-                abort_all(&mut queue, &flags);
-                behind = true;
+                tracing::warn!(task = %s.cx.task, topic = %s.tp.topic, partition = s.tp.partition, seq = head.seq, error = %e, retry_in_s = pause.as_secs(), "storing failed; the partition is read again from the object's first offset after a pause (its offsets stay uncommitted)");
+                abort_all(&mut s.queue, &s.flags);
+                s.behind = true;
                 tokio::time::sleep(pause).await;
-                if let Some(e) = rewind_until_done(&cx, &tp, Some(head.first), false, &flags).await
+                if let Some(e) =
+                    rewind_until_done(&s.cx, &s.tp, Seek::to(head.first), &s.flags).await
                 {
-                    epoch = e;
+                    s.moved(e);
                 }
             }
         }
-        flags.pending.fetch_sub(1, Ordering::Relaxed);
+        s.flags.pending.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Settles where an assigned partition starts (see [`start::plan`]): asks the poll loop what
+/// Kafka says about it and the index where its archive ends, records a gap retention made, and
+/// moves the partition when it must not start at the group's committed offset. Retries while
+/// Kafka or the store fail.
+async fn start_partition(
+    cx: Arc<UploadContext>,
+    tp: Tp,
+    mut index: PartitionIndex,
+    flags: Arc<PartitionFlags>,
+) -> (Started, PartitionIndex) {
+    let mut pause = None;
+    loop {
+        let looked = async {
+            let f = facts(&cx, &tp).await.map_err(StartFailure::Kafka)?;
+            let end = index
+                .end(cx.store.as_ref())
+                .await
+                .map_err(StartFailure::Store)?;
+            Ok::<_, StartFailure>((f, end))
+        }
+        .await;
+        let failure = match looked {
+            Ok((f, end)) => match start::plan(f, end, cx.start_offset) {
+                Err(r) => {
+                    cx.fatal.set(refused(&cx, &tp, r));
+                    return (Started::Stopped, index);
+                }
+                Ok(Plan::AsCommitted) => return (Started::AsCommitted, index),
+                Ok(Plan::Seek { at, gap }) => {
+                    let recorded = match gap {
+                        Some(g) => record_gap(&cx, &tp, g).await,
+                        None => Ok(()),
+                    };
+                    match recorded {
+                        Ok(()) => {
+                            tracing::info!(task = %cx.task, topic = %tp.topic, partition = tp.partition, offset = at, committed = ?f.committed, archive_end = ?end, "partition starts here (the group had no offset or one retention passed)");
+                            let moved =
+                                rewind_until_done(&cx, &tp, Seek::to(at).committing(), &flags)
+                                    .await;
+                            return (moved.map_or(Started::Stopped, Started::Rewound), index);
+                        }
+                        Err(e) => StartFailure::Store(e),
+                    }
+                }
+            },
+            Err(e) => e,
+        };
+        match failure {
+            StartFailure::Store(e) if fatal(&e) => {
+                cx.metrics.store_fatal.increment(1);
+                cx.fatal.set(DumpError::Store {
+                    task: cx.task.clone(),
+                    source: e,
+                });
+                return (Started::Stopped, index);
+            }
+            StartFailure::Store(e) => {
+                cx.metrics.store_errors.increment(1);
+                tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, error = %e, "reading the partition's archive index failed; retrying");
+            }
+            StartFailure::Kafka(why) => {
+                tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, %why, "asking Kafka where the partition stands failed; retrying");
+            }
+        }
+        if flags.revoked.load(Ordering::Relaxed) || cx.fatal.is_set() {
+            return (Started::Stopped, index);
+        }
+        let p = next_backoff(pause);
+        pause = Some(p);
+        tokio::time::sleep(p).await;
+    }
+}
+
+enum StartFailure {
+    Kafka(String),
+    Store(StoreError),
+}
+
+/// Records offsets retention deleted before they were archived: beside the archive, in the
+/// log, in a counter, and for the run's end.
+async fn record_gap(cx: &UploadContext, tp: &Tp, g: Gap) -> Result<(), StoreError> {
+    let record = start::GapRecord {
+        task: cx.task.clone(),
+        topic: tp.topic.to_string(),
+        partition: tp.partition,
+        from: g.from,
+        to: g.to,
+        found_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        reason: "deleted by the topic's retention before they were archived".into(),
+    };
+    let key = start::gap_key(&cx.dir, tp, g);
+    // Plain structs serialize to JSON without failing.
+    let body = serde_json::to_vec_pretty(&record).unwrap_or_default();
+    cx.store.put(&key, Bytes::from(body)).await?;
+    tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, from = g.from, to = g.to - 1, offsets = g.offsets(), record = %cx.store.location(&key), "records were deleted by retention before they were archived: this archive lacks these offsets; archiving goes on from the partition's earliest retained offset");
+    metrics::counter!("strata_dump_retention_gap_records_total", "task" => cx.task.clone(), "topic" => tp.topic.to_string())
+        .increment(g.offsets().max(0) as u64);
+    if let Ok(mut gaps) = cx.gaps.lock() {
+        gaps.push((tp.clone(), g));
+    }
+    Ok(())
+}
+
+/// The error of a partition that must not start.
+fn refused(cx: &UploadContext, tp: &Tp, r: Refusal) -> DumpError {
+    let (task, topic, partition) = (cx.task.clone(), tp.topic.to_string(), tp.partition);
+    match r {
+        Refusal::ArchiveAhead { end, high } => DumpError::ArchiveAhead {
+            task,
+            topic,
+            partition,
+            end,
+            high,
+            index: cx.store.location(&index::partition_prefix(&cx.dir, tp)),
+        },
+        Refusal::CommittedAhead { committed, high } => DumpError::CommittedAhead {
+            task,
+            topic,
+            partition,
+            committed,
+            high,
+        },
+    }
+}
+
+/// One partition's sequencer: its queue of objects in flight and what it knows of the
+/// partition's archive.
+struct Sequencer {
+    tp: Tp,
+    epoch: u64,
+    cx: Arc<UploadContext>,
+    flags: Arc<PartitionFlags>,
+    queue: VecDeque<InFlight>,
+    /// The partition's seals; `None` while its start is being settled.
+    index: Option<PartitionIndex>,
+    /// The epoch whose first object passed the check against the archive.
+    placed: Option<u64>,
+    /// A limit this sequencer set: (the epoch it began, the offset objects end before).
+    limit: Option<(u64, i64)>,
+    /// Seals that could not be removed (the store was down): removed after the next success.
+    stale: Vec<String>,
+    /// Seals of uploads whose finish failed without telling whether the object was stored:
+    /// (first offset, seal key, tag). Kept until the key is known to be another upload's.
+    unresolved: Vec<(i64, String, String)>,
+    /// Records were read and are not stored: a failure rewound the partition and nothing was
+    /// stored (or adopted) since. A sequencer that ends so (not revoked) leaves its records for
+    /// the next run.
+    behind: bool,
+}
+
+impl Sequencer {
+    /// The partition was moved to epoch `e`: what is queued belongs to the old position.
+    fn moved(&mut self, e: u64) {
+        self.epoch = e;
+        abort_all(&mut self.queue, &self.flags);
+    }
+
+    /// Checks the object starting at `first` against the archive; a failure leaves the check
+    /// to the object's finish.
+    async fn check_place(&mut self, first: i64) {
+        match self.place(first).await {
+            Ok(Some(e)) => self.moved(e),
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(task = %self.cx.task, topic = %self.tp.topic, partition = self.tp.partition, error = %e, "checking an object against the archive failed; checked again before it is stored")
+            }
+        }
+    }
+
+    /// Where an object starting at `first` may go, given what the archive holds. `Some(e)`:
+    /// the partition was moved (to after a stored object, or to end objects before an archived
+    /// one) and is at epoch `e`.
+    async fn place(&mut self, first: i64) -> Result<Option<u64>, StoreError> {
+        let Some(index) = self.index.as_mut() else {
+            return Ok(None);
+        };
+        let (cx, tp) = (&self.cx, &self.tp);
+        match index.place(cx.store.as_ref(), first).await? {
+            Place::Clear => {
+                self.placed = Some(self.epoch);
+                Ok(None)
+            }
+            Place::Limit { before } if self.limit == Some((self.epoch, before)) => {
+                self.placed = Some(self.epoch);
+                Ok(None)
+            }
+            Place::Limit { before } => {
+                tracing::info!(task = %cx.task, topic = %tp.topic, partition = tp.partition, first, archived_from = before, "the archive already holds this partition's offsets from a later one on (the group's offsets went back over it): objects end before it");
+                let e = rewind_until_done(
+                    cx,
+                    tp,
+                    Seek {
+                        limit: Some(before),
+                        ..Seek::to(first)
+                    },
+                    &self.flags,
+                )
+                .await;
+                if let Some(e) = e {
+                    self.limit = Some((e, before));
+                }
+                Ok(e)
+            }
+            Place::Adopt { next, key } => {
+                tracing::info!(task = %cx.task, object = %cx.store.location(&key), next_offset = next, "these records are archived already (a restart, another member, or a group whose offsets went back): adopting the object and going on after it");
+                cx.metrics.adopted.increment(1);
+                self.flags.stored.fetch_add(1, Ordering::Relaxed);
+                self.behind = false;
+                Ok(rewind_until_done(cx, tp, Seek::to(next).committing(), &self.flags).await)
+            }
+        }
+    }
+
+    /// Removes a seal that explains nothing (now, or after the next success).
+    async fn remove(&mut self, key: String) {
+        if self.cx.store.delete(&key).await.is_err() {
+            self.stale.push(key);
+        }
+    }
+
+    /// The object under `key` (starting at `first`) is known now to be the upload `winner`'s:
+    /// the seals of other attempts at it (this sequencer's whose finish failed, a crashed
+    /// predecessor's, a zombie's) can never explain a visible object and go.
+    async fn bury(&mut self, first: i64, key: &str, winner: &str) {
+        let (at, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.unresolved)
+            .into_iter()
+            .partition(|(f, _, _)| *f == first);
+        self.unresolved = rest;
+        for (_, seal, tag) in at {
+            if tag != winner {
+                self.remove(seal).await;
+            }
+        }
+        let listed = self
+            .index
+            .as_ref()
+            .map(|ix| ix.others_at(first, winner))
+            .unwrap_or_default();
+        for seal in listed {
+            if let Ok(true) = index::attempt_at(self.cx.store.as_ref(), &seal, key).await {
+                self.remove(seal.clone()).await;
+                if let Some(ix) = self.index.as_mut() {
+                    ix.removed(&seal);
+                }
+            }
+        }
+    }
+
+    /// Makes the head object visible and commits it, or adopts what holds its key. `Ok(Some(e))`:
+    /// the partition was rewound and is at epoch `e` now. Transient failures come back as `Err`
+    /// for a retry; the caller tells fatal ones apart.
+    async fn finish_head(
+        &mut self,
+        head: &InFlight,
+        outcome: Outcome,
+    ) -> Result<Option<u64>, StoreError> {
+        let (upload, end, took) = match outcome {
+            Outcome::Discarded => return Ok(None),
+            Outcome::Failed(e) => return Err(e),
+            Outcome::Bundle {
+                uploads,
+                window,
+                end,
+                took,
+                ..
+            } => return self.finish_bundle(head, uploads, window, end, took).await,
+            Outcome::Ready {
+                upload, end, took, ..
+            } => (upload, end, took),
+        };
+        // Nothing is made visible before it was checked against the archive.
+        if self.placed != Some(self.epoch) {
+            if let Some(e) = self.place(head.first).await? {
+                return Ok(Some(e));
+            }
+        }
+        let store = self.cx.store.clone();
+        let (cx, tp) = (self.cx.clone(), self.tp.clone());
+        let own_tag = upload.tag().to_string();
+        let own_seal = index::seal_key(&cx.dir, &tp, head.first, &own_tag);
+        let seal = Seal {
+            key: head.key.clone(),
+            last_offset: end.last_offset,
+            next_offset: end.last_offset + 1,
+            records: end.records,
+            bytes: end.bytes,
+            files: Vec::new(),
+        };
+        // The seal first: an object that exists always has one.
+        store.put(&own_seal, Bytes::from(seal.to_json())).await?;
+        let finished = match upload.finish(Finish::CreateNew).await {
+            Ok(f) => f,
+            // The answer may have been lost on the way while the object was stored: the key
+            // tells. The seal goes only once the key is known to be another's (or absent).
+            Err(e) => match store.tag_of(&head.key).await {
+                Ok(Some(t)) if t == own_tag => Finished::Stored,
+                Ok(_) => {
+                    self.remove(own_seal).await;
+                    return Err(e);
+                }
+                Err(t) if t.kind == ErrorKind::NotFound => {
+                    self.remove(own_seal).await;
+                    return Err(e);
+                }
+                Err(_) => {
+                    self.unresolved.push((head.first, own_seal, own_tag));
+                    return Err(e);
+                }
+            },
+        };
+        let (own, found) = match finished {
+            Finished::Stored => (true, None),
+            Finished::Exists => {
+                // A retry of a request whose answer was lost finds the key taken by itself.
+                let winner = store.tag_of(&head.key).await?;
+                if winner.as_deref() == Some(own_tag.as_str()) {
+                    (true, None)
+                } else {
+                    self.remove(own_seal.clone()).await;
+                    let found = match &winner {
+                        Some(w) => {
+                            index::find_seal(store.as_ref(), &cx.dir, &tp, head.first, &head.key, w)
+                                .await?
+                                .map(|s| (s, w.clone()))
+                        }
+                        None => None,
+                    };
+                    (false, found)
+                }
+            }
+        };
+        match decide(
+            head.first,
+            end.last_offset,
+            finished,
+            own,
+            found.as_ref().map(|(s, _)| s),
+        ) {
+            Step::Commit(next) => {
+                if !commit_until_done(&cx, &tp, next, &self.flags).await {
+                    // Revoked before the commit: the seal explains the stored object to the
+                    // partition's new owner, who adopts it instead of writing it again.
+                    tracing::info!(task = %cx.task, object = %store.location(&head.key), "stored, but the partition was revoked before its offsets were committed; its new owner adopts the object");
+                    return Ok(None);
+                }
+                if let Some(ix) = self.index.as_mut() {
+                    ix.stored(head.first, &own_tag, &seal);
+                }
+                self.bury(head.first, &head.key, &own_tag).await;
+                count_stored(&cx, &self.flags, &end, took, 1);
+                tracing::info!(task = %cx.task, object = %store.location(&head.key), records = end.records, bytes = end.bytes, ms = took.as_millis() as u64, reason = end.reason.as_str(), "stored");
+                Ok(None)
+            }
+            Step::Adopt(next) => {
+                tracing::info!(task = %cx.task, object = %store.location(&head.key), next_offset = next, "the object was already stored (a restart, another member, or a group whose offsets went back): adopting it and going on after it");
+                cx.metrics.adopted.increment(1);
+                self.flags.stored.fetch_add(1, Ordering::Relaxed);
+                self.behind = false;
+                if let Some((s, winner)) = &found {
+                    if let Some(ix) = self.index.as_mut() {
+                        ix.stored(head.first, winner, s);
+                    }
+                    self.bury(head.first, &head.key, winner).await;
+                }
+                Ok(rewind_until_done(&cx, &tp, Seek::to(next).committing(), &self.flags).await)
+            }
+            Step::Unexplained => {
+                // Another member moved the group past this object (this position is stale),
+                // or the group went back over an object nothing explains: the one the writer
+                // would build again and again.
+                let Some(f) = facts_until_done(&cx, &tp, &self.flags).await else {
+                    return Ok(None);
+                };
+                match f.committed {
+                    Some(c) if c > head.first => {
+                        self.behind = false;
+                        tracing::warn!(task = %cx.task, object = %store.location(&head.key), committed = c, "the object was stored and committed by another member: this partition's position is stale; going on from the group's committed offset");
+                        Ok(rewind_until_done(&cx, &tp, Seek::to(c), &self.flags).await)
+                    }
+                    committed => {
+                        cx.fatal.set(DumpError::Unexplained {
+                            task: cx.task.clone(),
+                            object: store.location(&head.key),
+                            topic: tp.topic.to_string(),
+                            partition: tp.partition,
+                            first: head.first,
+                            committed: committed.map_or_else(|| "none".into(), |c| c.to_string()),
+                        });
+                        Ok(None)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Makes a CDC bundle visible and commits it as one. Every file is created only if its
+    /// key is free; a key already taken is fine only when this upload (its answer lost) or an
+    /// unfinished attempt at the same range (a seal with the same end) made it, since that
+    /// attempt wrote the same contents. An earlier attempt that ended elsewhere and made some
+    /// file visible makes this one start over and end where that one did. The seals of
+    /// attempts at the same range stay: they are the index of the files they made visible.
+    async fn finish_bundle(
+        &mut self,
+        head: &InFlight,
+        uploads: Vec<(String, Box<dyn MultipartUpload>)>,
+        window: (String, Vec<u8>),
+        end: ObjectEnd,
+        took: Duration,
+    ) -> Result<Option<u64>, StoreError> {
+        if self.placed != Some(self.epoch) {
+            if let Some(e) = self.place(head.first).await? {
+                return Ok(Some(e));
+            }
+        }
+        let (cx, tp) = (self.cx.clone(), self.tp.clone());
+        let store = cx.store.clone();
+        let first = head.first;
+        let mut explained: std::collections::HashSet<(String, String)> = Default::default();
+        let mut litter = Vec::new();
+        let mut earlier = store.list(&index::seal_dir(&cx.dir, &tp, first)).await?;
+        let legacy = index::legacy_seal_key(&cx.dir, &tp, first, "");
+        earlier.extend(store.list(&legacy).await?);
+        for o in earlier {
+            let raw = match store.get(&o.key).await {
+                Ok(r) => r,
+                Err(e) if e.kind == ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            let Ok(seal) = serde_json::from_slice::<Seal>(&raw) else {
+                litter.push(o.key);
+                continue;
+            };
+            if seal.last_offset == end.last_offset {
+                explained.extend(seal.files.iter().cloned());
+                continue;
+            }
+            let mut visible = false;
+            for (file, tag) in &seal.files {
+                if store.tag_of(file).await?.as_deref() == Some(tag.as_str()) {
+                    visible = true;
+                    break;
+                }
+            }
+            if !visible {
+                // That attempt made nothing visible: its seal is litter.
+                litter.push(o.key);
+                continue;
+            }
+            tracing::info!(task = %cx.task, topic = %tp.topic, partition = tp.partition, first, end = seal.last_offset, "an earlier attempt at this bundle ended elsewhere and left files: writing it again to end where that one did");
+            drop(uploads);
+            return Ok(rewind_until_done(
+                &cx,
+                &tp,
+                Seek {
+                    cut: Some(seal.last_offset),
+                    ..Seek::to(first)
+                },
+                &self.flags,
+            )
+            .await);
+        }
+        store.put(&window.0, Bytes::from(window.1)).await?;
+        let files: Vec<(String, String)> = uploads
+            .iter()
+            .map(|(k, u)| (k.clone(), u.tag().to_string()))
+            .collect();
+        let tag = files.first().map(|(_, t)| t.clone()).unwrap_or_default();
+        let own_seal = index::seal_key(&cx.dir, &tp, first, &tag);
+        let seal = Seal {
+            key: head.key.clone(),
+            last_offset: end.last_offset,
+            next_offset: end.last_offset + 1,
+            records: end.records,
+            bytes: end.bytes,
+            files,
+        };
+        store.put(&own_seal, Bytes::from(seal.to_json())).await?;
+        let count = uploads.len() as u64;
+        for (key, u) in uploads {
+            let own = u.tag().to_string();
+            if u.finish(Finish::CreateNew).await? == Finished::Exists {
+                let t = store.tag_of(&key).await?;
+                let fine = t
+                    .as_ref()
+                    .is_some_and(|t| *t == own || explained.contains(&(key.clone(), t.clone())));
+                if !fine {
+                    return Err(StoreError::new(
+                        ErrorKind::Service,
+                        store.location(&key),
+                        "exists, and no unfinished attempt at this bundle made it (another member may have stored this range; if not, the directory holds a foreign object: move it away); retrying from the bundle's first offset",
+                    ));
+                }
+            }
+        }
+        if !commit_until_done(&cx, &tp, end.last_offset + 1, &self.flags).await {
+            tracing::info!(task = %cx.task, topic = %tp.topic, partition = tp.partition, first, "bundle stored, but the partition was revoked before its offsets were committed; its new owner writes it again with the same contents");
+            return Ok(None);
+        }
+        for k in litter {
+            self.remove(k).await;
+        }
+        if let Some(ix) = self.index.as_mut() {
+            ix.stored(first, &tag, &seal);
+        }
+        // Window states of other positions are no longer needed (the committed one is kept).
+        if let Ok(states) = store
+            .list(&super::cdc::window_prefix(&cx.dir, &tp.topic, tp.partition))
+            .await
+        {
+            for s in states.into_iter().filter(|s| s.key != window.0) {
+                self.remove(s.key).await;
+            }
+        }
+        count_stored(&cx, &self.flags, &end, took, count);
+        let c = end.cdc.unwrap_or_default();
+        tracing::info!(task = %cx.task, bundle = %store.location(&head.key), files = count, messages = end.records, changes = c.changes, repeats = c.repeats, malformed = c.malformed, bytes = end.bytes, ms = took.as_millis() as u64, reason = end.reason.as_str(), "stored");
+        Ok(None)
     }
 }
 
@@ -407,100 +986,6 @@ fn abort_all(queue: &mut VecDeque<InFlight>, flags: &PartitionFlags) {
         flags.pending.fetch_sub(1, Ordering::Relaxed);
         // Cancelling the task drops its upload, which aborts itself.
         f.task.abort();
-    }
-}
-
-/// Makes the head object visible and commits it, or adopts what holds its key. `Ok(Some(e))`:
-/// the partition was rewound and is at epoch `e` now. Transient failures come back as `Err`
-/// for a retry; the caller tells fatal ones apart.
-async fn finish_head(
-    tp: &Tp,
-    head: &InFlight,
-    outcome: Outcome,
-    cx: &UploadContext,
-    flags: &PartitionFlags,
-    stale: &mut Vec<String>,
-) -> Result<Option<u64>, StoreError> {
-    let (upload, end, took) = match outcome {
-        Outcome::Discarded => return Ok(None),
-        Outcome::Failed(e) => return Err(e),
-        Outcome::Bundle {
-            uploads,
-            window,
-            end,
-            took,
-            ..
-        } => return finish_bundle(tp, head, uploads, window, end, took, cx, flags, stale).await,
-        Outcome::Ready {
-            upload, end, took, ..
-        } => (upload, end, took),
-    };
-    let store = &cx.store;
-    let own_seal = seal_key(&cx.dir, tp, head.first, upload.tag());
-    let seal = Seal {
-        key: head.key.clone(),
-        last_offset: end.last_offset,
-        next_offset: end.last_offset + 1,
-        records: end.records,
-        files: Vec::new(),
-    };
-    // The seal first: an object that exists always has one while it is not committed.
-    store.put(&own_seal, Bytes::from(seal_json(&seal))).await?;
-    let finished = upload.finish(Finish::CreateNew).await;
-    let finished = match finished {
-        Ok(f) => f,
-        Err(e) => {
-            if store.delete(&own_seal).await.is_err() {
-                stale.push(own_seal);
-            }
-            return Err(e);
-        }
-    };
-    let found = match finished {
-        Finished::Stored => None,
-        Finished::Exists => {
-            if store.delete(&own_seal).await.is_err() {
-                stale.push(own_seal.clone());
-            }
-            found_seal(cx, tp, head).await?
-        }
-    };
-    let step = decide(
-        head.first,
-        end.last_offset,
-        finished,
-        found.as_ref().map(|(s, _)| s),
-    );
-    match step {
-        Step::Commit(next) => {
-            if !commit_until_done(cx, tp, next, flags).await {
-                // Revoked before the commit: the seal stays, so that the partition's new owner
-                // adopts this object instead of writing its records again.
-                tracing::info!(task = %cx.task, object = %store.location(&head.key), "stored, but the partition was revoked before its offsets were committed; its new owner adopts the object");
-                return Ok(None);
-            }
-            if store.delete(&own_seal).await.is_err() {
-                stale.push(own_seal);
-            }
-            count_stored(cx, flags, &end, took, 1);
-            tracing::info!(task = %cx.task, object = %store.location(&head.key), records = end.records, bytes = end.bytes, ms = took.as_millis() as u64, reason = end.reason.as_str(), "stored");
-            Ok(None)
-        }
-        Step::Adopt(next) => {
-            tracing::info!(task = %cx.task, object = %store.location(&head.key), next_offset = next, "the object was already stored (a restart or another member wrote it first): adopting it and going on after it");
-            cx.metrics.adopted.increment(1);
-            let epoch = rewind_until_done(cx, tp, Some(next), true, flags).await;
-            if let Some((_, key)) = found {
-                if store.delete(&key).await.is_err() {
-                    stale.push(key);
-                }
-            }
-            Ok(epoch)
-        }
-        Step::Stale => {
-            tracing::warn!(task = %cx.task, object = %store.location(&head.key), "the object was stored and committed by another member: this partition's position is stale; going on from the group's committed offset");
-            Ok(rewind_until_done(cx, tp, None, false, flags).await)
-        }
     }
 }
 
@@ -596,147 +1081,6 @@ async fn load_window(
     }
 }
 
-/// Makes a CDC bundle visible and commits it as one. Every file is created only if its key
-/// is free; a key already taken is fine only when an unfinished attempt at the same range (a
-/// seal with the same end) made it, since that attempt wrote the same contents. An earlier
-/// attempt that ended elsewhere and made some file visible makes this one start over and end
-/// where that one did. Before the commit nothing is undone: the seal explains what is visible.
-#[allow(clippy::too_many_arguments)]
-async fn finish_bundle(
-    tp: &Tp,
-    head: &InFlight,
-    uploads: Vec<(String, Box<dyn MultipartUpload>)>,
-    window: (String, Vec<u8>),
-    end: ObjectEnd,
-    took: Duration,
-    cx: &UploadContext,
-    flags: &PartitionFlags,
-    stale: &mut Vec<String>,
-) -> Result<Option<u64>, StoreError> {
-    let store = &cx.store;
-    let first = head.first;
-    let mut explained: std::collections::HashSet<(String, String)> = Default::default();
-    let mut done_seals = Vec::new();
-    for o in store.list(&seal_dir(&cx.dir, tp, first)).await? {
-        let raw = match store.get(&o.key).await {
-            Ok(r) => r,
-            Err(e) if e.kind == ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
-        };
-        let Ok(seal) = serde_json::from_slice::<Seal>(&raw) else {
-            done_seals.push(o.key);
-            continue;
-        };
-        if seal.last_offset == end.last_offset {
-            explained.extend(seal.files.iter().cloned());
-            done_seals.push(o.key);
-            continue;
-        }
-        let mut visible = false;
-        for (file, tag) in &seal.files {
-            if store.tag_of(file).await?.as_deref() == Some(tag.as_str()) {
-                visible = true;
-                break;
-            }
-        }
-        if !visible {
-            // That attempt made nothing visible: its seal is litter.
-            done_seals.push(o.key);
-            continue;
-        }
-        tracing::info!(task = %cx.task, topic = %tp.topic, partition = tp.partition, first, end = seal.last_offset, "an earlier attempt at this bundle ended elsewhere and left files: writing it again to end where that one did");
-        drop(uploads);
-        return Ok(rewind_cut(cx, tp, first, seal.last_offset, flags).await);
-    }
-    store.put(&window.0, Bytes::from(window.1)).await?;
-    let files: Vec<(String, String)> = uploads
-        .iter()
-        .map(|(k, u)| (k.clone(), u.tag().to_string()))
-        .collect();
-    let tag = files.first().map(|(_, t)| t.clone()).unwrap_or_default();
-    let own_seal = seal_key(&cx.dir, tp, first, &tag);
-    let seal = Seal {
-        key: head.key.clone(),
-        last_offset: end.last_offset,
-        next_offset: end.last_offset + 1,
-        records: end.records,
-        files,
-    };
-    store.put(&own_seal, Bytes::from(seal_json(&seal))).await?;
-    let count = uploads.len() as u64;
-    for (key, u) in uploads {
-        if u.finish(Finish::CreateNew).await? == Finished::Exists {
-            let t = store.tag_of(&key).await?;
-            if !t.is_some_and(|t| explained.contains(&(key.clone(), t))) {
-                return Err(StoreError::new(
-                    ErrorKind::Service,
-                    store.location(&key),
-                    "exists, and no unfinished attempt at this bundle made it (another member may have stored this range; if not, the directory holds a foreign object: move it away); retrying from the bundle's first offset",
-                ));
-            }
-        }
-    }
-    if !commit_until_done(cx, tp, end.last_offset + 1, flags).await {
-        tracing::info!(task = %cx.task, topic = %tp.topic, partition = tp.partition, first, "bundle stored, but the partition was revoked before its offsets were committed; its new owner writes it again with the same contents");
-        return Ok(None);
-    }
-    for k in std::iter::once(own_seal).chain(done_seals) {
-        if store.delete(&k).await.is_err() {
-            stale.push(k);
-        }
-    }
-    // Window states of other positions are no longer needed (the committed one is kept).
-    if let Ok(states) = store
-        .list(&super::cdc::window_prefix(&cx.dir, &tp.topic, tp.partition))
-        .await
-    {
-        for s in states.into_iter().filter(|s| s.key != window.0) {
-            if store.delete(&s.key).await.is_err() {
-                stale.push(s.key);
-            }
-        }
-    }
-    count_stored(cx, flags, &end, took, count);
-    let c = end.cdc.unwrap_or_default();
-    tracing::info!(task = %cx.task, bundle = %store.location(&head.key), files = count, messages = end.records, changes = c.changes, repeats = c.repeats, malformed = c.malformed, bytes = end.bytes, ms = took.as_millis() as u64, reason = end.reason.as_str(), "stored");
-    Ok(None)
-}
-
-async fn rewind_cut(
-    cx: &UploadContext,
-    tp: &Tp,
-    to: i64,
-    cut: i64,
-    flags: &PartitionFlags,
-) -> Option<u64> {
-    rewind_with(cx, tp, Some(to), false, Some(cut), flags).await
-}
-
-/// The seal of the object holding the head's key (its writer's), with the seal's key.
-async fn found_seal(
-    cx: &UploadContext,
-    tp: &Tp,
-    head: &InFlight,
-) -> Result<Option<(Seal, String)>, StoreError> {
-    let Some(tag) = cx.store.tag_of(&head.key).await? else {
-        return Ok(None);
-    };
-    let key = seal_key(&cx.dir, tp, head.first, &tag);
-    match cx.store.get(&key).await {
-        Ok(raw) => Ok(serde_json::from_slice::<Seal>(&raw)
-            .ok()
-            .filter(|s| s.key == head.key)
-            .map(|s| (s, key))),
-        Err(e) if e.kind == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-fn seal_json(s: &Seal) -> Vec<u8> {
-    // Plain structs serialize to JSON without failing.
-    serde_json::to_vec(s).unwrap_or_default()
-}
-
 /// Commits `offset`, retrying with a pause until it works (`true`) or the partition is revoked
 /// (`false`). The next object waits: it must not be made visible before this commit.
 async fn commit_until_done(
@@ -776,50 +1120,65 @@ async fn commit_until_done(
     }
 }
 
-async fn rewind(
-    cx: &UploadContext,
-    tp: &Tp,
-    to: Option<i64>,
-    commit: bool,
-    cut: Option<i64>,
-) -> Result<u64, String> {
+async fn rewind(cx: &UploadContext, tp: &Tp, seek: Seek) -> Result<u64, String> {
     let (ack, rx) = oneshot::channel();
     cx.control
         .send(Control::Rewind {
             tp: tp.clone(),
-            to,
-            commit,
-            cut,
+            to: seek.to,
+            commit: seek.commit,
+            cut: seek.cut,
+            limit: seek.limit,
             ack,
         })
         .map_err(|_| "the poll loop stopped".to_string())?;
     rx.await.map_err(|_| "the poll loop stopped".to_string())?
 }
 
+/// Rewinds, retrying with a pause until it works or the partition is revoked (`None`).
 async fn rewind_until_done(
     cx: &UploadContext,
     tp: &Tp,
-    to: Option<i64>,
-    commit: bool,
-    flags: &PartitionFlags,
-) -> Option<u64> {
-    rewind_with(cx, tp, to, commit, None, flags).await
-}
-
-async fn rewind_with(
-    cx: &UploadContext,
-    tp: &Tp,
-    to: Option<i64>,
-    commit: bool,
-    cut: Option<i64>,
+    seek: Seek,
     flags: &PartitionFlags,
 ) -> Option<u64> {
     let mut pause = None;
     loop {
-        match rewind(cx, tp, to, commit, cut).await {
+        match rewind(cx, tp, seek).await {
             Ok(e) => return Some(e),
             Err(why) => {
                 tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, %why, "rewinding the partition failed; retrying");
+            }
+        }
+        if flags.revoked.load(Ordering::Relaxed) || cx.fatal.is_set() {
+            return None;
+        }
+        let p = next_backoff(pause);
+        pause = Some(p);
+        tokio::time::sleep(p).await;
+    }
+}
+
+/// What Kafka says about the partition now (through the poll loop).
+async fn facts(cx: &UploadContext, tp: &Tp) -> Result<Facts, String> {
+    let (ack, rx) = oneshot::channel();
+    cx.control
+        .send(Control::Facts {
+            tp: tp.clone(),
+            ack,
+        })
+        .map_err(|_| "the poll loop stopped".to_string())?;
+    rx.await.map_err(|_| "the poll loop stopped".to_string())?
+}
+
+/// [`facts`], retrying with a pause until it works or the partition is revoked (`None`).
+async fn facts_until_done(cx: &UploadContext, tp: &Tp, flags: &PartitionFlags) -> Option<Facts> {
+    let mut pause = None;
+    loop {
+        match facts(cx, tp).await {
+            Ok(f) => return Some(f),
+            Err(why) => {
+                tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, %why, "asking Kafka where the partition stands failed; retrying");
             }
         }
         if flags.revoked.load(Ordering::Relaxed) || cx.fatal.is_set() {
@@ -841,27 +1200,39 @@ mod tests {
             last_offset: next - 1,
             next_offset: next,
             records: 1,
+            bytes: 10,
             files: Vec::new(),
         }
     }
 
     #[test]
     fn decisions_after_an_object_finished() {
-        assert_eq!(decide(100, 199, Finished::Stored, None), Step::Commit(200));
+        assert_eq!(
+            decide(100, 199, Finished::Stored, true, None),
+            Step::Commit(200)
+        );
+        // The key is taken by this very upload: a retried request whose answer was lost.
+        assert_eq!(
+            decide(100, 199, Finished::Exists, true, None),
+            Step::Commit(200)
+        );
         // Taken by a longer or shorter object: commit past that one, rewind to right after it.
         assert_eq!(
-            decide(100, 199, Finished::Exists, Some(&seal(250))),
+            decide(100, 199, Finished::Exists, false, Some(&seal(250))),
             Step::Adopt(250)
         );
         assert_eq!(
-            decide(100, 199, Finished::Exists, Some(&seal(150))),
+            decide(100, 199, Finished::Exists, false, Some(&seal(150))),
             Step::Adopt(150)
         );
-        // Taken, but nothing says where it ends (its writer committed and removed the seal).
-        assert_eq!(decide(100, 199, Finished::Exists, None), Step::Stale);
+        // Taken, and nothing says where it ends.
         assert_eq!(
-            decide(100, 199, Finished::Exists, Some(&seal(100))),
-            Step::Stale
+            decide(100, 199, Finished::Exists, false, None),
+            Step::Unexplained
+        );
+        assert_eq!(
+            decide(100, 199, Finished::Exists, false, Some(&seal(100))),
+            Step::Unexplained
         );
     }
 
@@ -884,53 +1255,6 @@ mod tests {
         ] {
             assert!(!fatal(&err(kind)), "{kind:?}");
         }
-    }
-
-    #[test]
-    fn seals_live_beside_the_archive_and_never_parse_as_archives() {
-        let dir = DumpDir::parse("backups/orders").unwrap();
-        let tp = Tp::new("orders", 3);
-        let k = seal_key(&dir, &tp, 42, "ino-77");
-        assert_eq!(
-            k,
-            "backups/orders/.strata/seals/orders/3/00000000000000000042/ino-77"
-        );
-        let file = k.rsplit('/').next().unwrap();
-        assert!(crate::layout::ObjectName::parse(file).is_none());
-        let s = seal(10);
-        assert_eq!(serde_json::from_slice::<Seal>(&seal_json(&s)).unwrap(), s);
-    }
-
-    #[test]
-    fn seal_keys_parse_back() {
-        let dir = DumpDir::parse("backups/orders").unwrap();
-        let tp = Tp::new("orders", 3);
-        let k = seal_key(&dir, &tp, 42, "ino-77");
-        assert_eq!(parse_seal_key(&dir, &k), Some((tp, 42, "ino-77".into())));
-        for bad in [
-            "backups/orders/2026/12/02/orders+3+00000000000000000042.jsonl",
-            "backups/orders/.strata/seals/orders/x/00000000000000000042/t",
-            "backups/orders/.strata/seals/orders/3/00000000000000000042",
-            "backups/orders/.strata/seals/orders/3/00000000000000000042/t/more",
-            "other/.strata/seals/orders/3/00000000000000000042/t",
-        ] {
-            assert_eq!(parse_seal_key(&dir, bad), None, "{bad}");
-        }
-    }
-
-    #[test]
-    fn a_crash_seal_stays_while_its_stored_object_is_not_committed() {
-        let s = seal(200);
-        // The writer died before its object became visible, or another upload won the key.
-        assert!(seal_is_litter(&s, "t1", None, None));
-        assert!(seal_is_litter(&s, "t1", Some("t2"), Some(100)));
-        // Stored, not committed (or the commit is unknown): the next owner adopts it.
-        assert!(!seal_is_litter(&s, "t1", Some("t1"), None));
-        assert!(!seal_is_litter(&s, "t1", Some("t1"), Some(100)));
-        assert!(!seal_is_litter(&s, "t1", Some("t1"), Some(199)));
-        // Stored and committed; the writer died before removing the seal.
-        assert!(seal_is_litter(&s, "t1", Some("t1"), Some(200)));
-        assert!(seal_is_litter(&s, "t1", Some("t1"), Some(350)));
     }
 
     #[test]

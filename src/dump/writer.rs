@@ -40,12 +40,14 @@ pub(super) enum ToWriter {
     },
     /// The partition was rewound to `from`: drop its open object and older records. With
     /// `cut`, the next object ends exactly after that offset (a CDC bundle written again as an
-    /// earlier attempt ended).
+    /// earlier attempt ended); with `limit`, objects end before that offset (the archive holds
+    /// it already).
     Reset {
         tp: Tp,
         epoch: u64,
         from: i64,
         cut: Option<i64>,
+        limit: Option<i64>,
     },
     Revoked {
         tp: Tp,
@@ -160,6 +162,8 @@ struct PartitionWriter {
     window: Option<crate::format::cdc::RepeatWindow>,
     /// The next object ends right after this offset (no other roll before it).
     cut: Option<i64>,
+    /// Objects end before this offset: the archive holds it already.
+    limit: Option<i64>,
     /// CDC: the room the tables of the partition's last bundle needed.
     rooms: super::cdc::Rooms,
 }
@@ -225,6 +229,7 @@ impl Writer {
                         discarding: false,
                         window: None,
                         cut: None,
+                        limit: None,
                         rooms: Default::default(),
                     },
                 );
@@ -235,6 +240,7 @@ impl Writer {
                 epoch,
                 from,
                 cut,
+                limit,
             } => {
                 if let Some(p) = self.parts.get_mut(&tp) {
                     // Dropping the open object's channel without an end discards its upload.
@@ -245,6 +251,7 @@ impl Writer {
                     // The window went on past what is read again: load the one stored for it.
                     p.window = None;
                     p.cut = cut;
+                    p.limit = limit;
                 }
             }
             ToWriter::Revoked { tp } => {
@@ -383,6 +390,10 @@ impl PartitionWriter {
         if self.cut.is_some_and(|cut| r.offset > cut) {
             self.cut = None;
             self.close(task, RollReason::Cut)?;
+        }
+        if self.limit.is_some_and(|limit| r.offset >= limit) {
+            self.limit = None;
+            self.close(task, RollReason::Archived)?;
         }
         if self.open.is_none() {
             let Some(open) = self.open_object(tp, r.offset, period, cx)? else {

@@ -1,6 +1,7 @@
 //! Kafka clients built from [`KafkaConfig`]: client settings (security included), an admin
-//! helper for topics and watermarks, and the producer restore uses. The dump consumer's
-//! rebalance handling lives in `dump`, next to the buffers it must protect.
+//! helper for topics and watermarks, short-lived readers, and reading a group's committed
+//! offsets. The dump consumer's rebalance handling lives in `dump`, next to the buffers it
+//! must protect.
 
 pub mod admin;
 pub mod refusal;
@@ -94,6 +95,21 @@ pub type Reader = rdkafka::consumer::BaseConsumer<Watch>;
 /// Creates a [`Reader`] from client settings.
 pub fn reader(c: &ClientConfig) -> rdkafka::error::KafkaResult<Reader> {
     c.create_with_context(Watch::default())
+}
+
+/// A client of consumer group `group` that never joins it: it reads the group's committed
+/// offsets over a connection of its own. A member's requests to the group coordinator queue
+/// behind its JoinGroup, which the coordinator holds while the group rebalances (up to a dead
+/// member's session timeout), so the member itself cannot ask meanwhile.
+pub fn group_reader(k: &KafkaConfig, group: &str) -> Result<Reader, KafkaError> {
+    let mut c = client_config(k);
+    c.set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false");
+    reader(&c).map_err(|source| KafkaError::Client {
+        servers: servers(k),
+        source,
+    })
 }
 
 /// A group's committed offsets for the partitions of `tpl`. Asked again (for up to

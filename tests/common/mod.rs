@@ -453,3 +453,50 @@ pub fn signal(child: &std::process::Child, sig: &str) {
         .success();
     assert!(ok, "kill -{sig}");
 }
+
+/// What is wrong with the archive index under `dir` ("" or "cdc/"): seals whose upload never
+/// made its object visible (litter), and, when `every_object`, archive objects no visible seal
+/// describes. Empty when the index is whole.
+pub async fn index_problems(store: &dyn ObjectStore, dir: &str, every_object: bool) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut described = std::collections::BTreeSet::new();
+    for s in store.list(&format!("{dir}.strata/index/")).await.unwrap() {
+        let tag = s.key.rsplit('/').next().unwrap().to_string();
+        let seal: serde_json::Value = serde_json::from_slice(&store.get(&s.key).await.unwrap())
+            .unwrap_or_else(|e| panic!("{}: not a seal: {e}", s.key));
+        let mut files: Vec<(String, String)> = seal["files"]
+            .as_array()
+            .map(|f| {
+                f.iter()
+                    .map(|p| {
+                        (
+                            p[0].as_str().unwrap().to_string(),
+                            p[1].as_str().unwrap().to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if files.is_empty() {
+            files.push((seal["key"].as_str().unwrap().to_string(), tag));
+        }
+        let mut visible = false;
+        for (file, t) in files {
+            if store.tag_of(&file).await.ok().flatten().as_deref() == Some(t.as_str()) {
+                visible = true;
+                described.insert(file);
+            }
+        }
+        if !visible {
+            problems.push(format!("litter seal {}", s.key));
+        }
+    }
+    if every_object {
+        for o in store.list(dir).await.unwrap() {
+            if !o.key.contains(".strata/") && !described.contains(&o.key) {
+                problems.push(format!("no seal describes {}", o.key));
+            }
+        }
+    }
+    problems
+}

@@ -33,6 +33,7 @@ pub(super) const DUMP_ONLY: &[&str] = &[
     "key_separator",
     "format",
     "max_file_size",
+    "allow_retention_gaps",
     "cdc",
 ];
 
@@ -40,7 +41,7 @@ pub(super) const DUMP_ONLY: &[&str] = &[
 const MAX_MAPPED: usize = 20;
 
 fn present(raw: &RawTask) -> Vec<&'static str> {
-    let set: [(&'static str, bool); 24] = [
+    let set: [(&'static str, bool); 25] = [
         ("direction", raw.direction.is_some()),
         ("local_alias", raw.local_alias.is_some()),
         ("tasks", raw.tasks.is_some()),
@@ -67,6 +68,7 @@ fn present(raw: &RawTask) -> Vec<&'static str> {
         ("key_separator", raw.key_separator.is_some()),
         ("format", raw.format.is_some()),
         ("max_file_size", raw.max_file_size.is_some()),
+        ("allow_retention_gaps", raw.allow_retention_gaps.is_some()),
         ("cdc", raw.cdc.is_some()),
     ];
     set.iter().filter(|(_, p)| *p).map(|(k, _)| *k).collect()

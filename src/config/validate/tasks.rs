@@ -158,6 +158,7 @@ pub(super) fn task(
         format: format?,
         max_file_size,
         topic_refresh: Duration::from_secs(refresh.max(1)),
+        allow_retention_gaps: raw.allow_retention_gaps.unwrap_or(false),
         cdc,
     })
 }
