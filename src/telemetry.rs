@@ -98,7 +98,7 @@ async fn serve(listener: tokio::net::TcpListener, handle: PrometheusHandle) {
         listener,
         None,
         limits,
-        move || app.clone(),
+        move |_| app.clone(),
         std::future::pending(),
     )
     .await;

@@ -16,7 +16,7 @@ use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use strata::format::Record;
@@ -219,7 +219,7 @@ impl Reply {
 }
 
 /// Takes a body as it arrives, instead of the reply keeping it.
-type Sink<'a> = &'a mut dyn FnMut(&[u8]);
+type Sink<'a> = &'a mut (dyn FnMut(&[u8]) + Send);
 
 trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
@@ -1977,13 +1977,28 @@ async fn api_lockdown() {
         .await
         .unwrap();
     refused(&r, 413, "a 2 MiB JSON body");
-    let mut c = Conn::open(&ep).await.unwrap();
+    // A body that stops arriving: on a connection whose caller authenticated, refused after
+    // the body's idle limit; before that, the connection is closed at the deadline of
+    // unauthenticated connections, unanswered.
+    let slow_body = |seq: u64| {
+        format!("POST /v1/fetch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\nstrata-auth: {seq} 00\r\n\r\n{{\"segm")
+    };
+    let mut authed = Conn::open(&ep).await.unwrap();
+    assert_eq!(authed.call("GET", "/v1/health", b"").await.status, 200);
+    let mut unauthed = Conn::open(&ep).await.unwrap();
     let started = Instant::now();
-    c.io
-        .write_all(b"POST /v1/fetch HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\nstrata-auth: 1 00\r\n\r\n{\"segm")
+    authed.io.write_all(slow_body(2).as_bytes()).await.unwrap();
+    unauthed
+        .io
+        .write_all(slow_body(1).as_bytes())
         .await
         .unwrap();
-    let r = c.read_reply("POST", "/v1/fetch", None).await.unwrap();
+    let r = unauthed.read_reply("POST", "/v1/fetch", None).await;
+    assert!(
+        r.is_err(),
+        "an unauthenticated connection is closed without an answer: {r:?}"
+    );
+    let r = authed.read_reply("POST", "/v1/fetch", None).await.unwrap();
     refused(&r, 408, "a body that stops arriving");
     assert!(
         started.elapsed() >= Duration::from_secs(9),
@@ -2193,6 +2208,187 @@ async fn api_lockdown() {
     assert!(store.list("tiered/").await.unwrap().is_empty());
     let log = tier.log_text();
     assert!(!log.contains(&secret_text), "the secret appears in the log");
+    tier.kill();
+}
+
+/// How a slow caller without the secret holds a connection.
+#[derive(Debug, Clone, Copy)]
+enum Slow {
+    /// Connects and sends nothing.
+    Silent,
+    /// Sends a request head a byte at a time.
+    Head,
+    /// Sends a hello head, then its body a byte at a time.
+    HelloBody,
+    /// Passes the hello (which needs no secret), then sends a request's body a byte at a time:
+    /// strata reads it whole before it can check the request's MAC.
+    RequestBody,
+}
+
+/// Holds one connection the way `kind` says, a byte every half second, until strata closes
+/// it. `started` counts connections made; `open` those not yet closed by strata.
+async fn dribble(io: Box<dyn Io>, kind: Slow, started: Arc<AtomicUsize>, open: Arc<AtomicUsize>) {
+    open.fetch_add(1, Ordering::SeqCst);
+    started.fetch_add(1, Ordering::SeqCst);
+    let mut c = Conn::over(io, "x");
+    let head: &[u8] = match kind {
+        Slow::Silent => b"",
+        Slow::Head => b"POST /v1/hello HTTP/1.1\r\nHost: x\r\nX-Slow: ",
+        Slow::HelloBody => b"POST /v1/hello HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{",
+        Slow::RequestBody => b"POST /v1/copy HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\nstrata-auth: 1 00\r\n\r\n{",
+    };
+    let sent = match kind {
+        Slow::RequestBody => {
+            let other = SharedSecret::from_text(&[b'z'; 40]).unwrap();
+            c.hello_unchecked(&other).await.is_ok() && c.io.write_all(head).await.is_ok()
+        }
+        _ => c.io.write_all(head).await.is_ok(),
+    };
+    if sent {
+        let mut buf = [0u8; 4096];
+        loop {
+            tokio::select! {
+                r = c.io.read(&mut buf) => match r {
+                    Ok(0) | Err(_) => break,
+                    // An answer: the close follows.
+                    Ok(_) => continue,
+                },
+                _ = tokio::time::sleep(Duration::from_millis(500)), if !matches!(kind, Slow::Silent) => {
+                    let byte: &[u8] = if matches!(kind, Slow::Head) { b"a" } else { b" " };
+                    if c.io.write_all(byte).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    open.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Callers without the secret cannot take the API down by being slow: hundreds of connections
+/// that dribble a request head or body, over TCP and over the Unix socket, and a copy and
+/// fetches on new connections still succeed while they are open; strata closes every one of
+/// them (the oldest when too many wait, the rest at the pre-authentication deadline), counts
+/// them, and logs them in a few lines.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn api_slow_unauthenticated_callers() {
+    init_logs();
+    const PER_LISTENER: usize = 300;
+    let tmp = tempfile::tempdir().unwrap();
+    let src = source_segment(tmp.path()).await;
+    let secret_path = new_secret(tmp.path());
+    let prefix = unique("tier-slow");
+    let (addr, metrics_addr) = (free_addr(), free_addr());
+    let run = tmp.path().join("run");
+    let config = write_config(
+        tmp.path(),
+        "tier.toml",
+        &prefix,
+        &format!(
+            "[tier]\nlisten = \"{addr}\"\nprefix = \"tiered\"\nchunk_size = \"256KiB\"\n{}[telemetry]\nmetrics_listen = \"{metrics_addr}\"\n",
+            access_toml(&secret_path, &src.logs, Some(&run))
+        ),
+    );
+    let ep = Endpoint::new(&addr, &secret_path);
+    let mut tier = TierProcess::start(&config, &ep, &tmp.path().join("tier.log")).await;
+    let sock = run.join(strata::tier::SOCKET_NAME);
+
+    let (started, open) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let kinds = [Slow::Silent, Slow::Head, Slow::HelloBody, Slow::RequestBody];
+    let mut slow = Vec::new();
+    for i in 0..2 * PER_LISTENER {
+        let io: Box<dyn Io> = if i % 2 == 0 {
+            Box::new(tokio::net::TcpStream::connect(&addr).await.unwrap())
+        } else {
+            Box::new(tokio::net::UnixStream::connect(&sock).await.unwrap())
+        };
+        let kind = kinds[(i / 2) % kinds.len()];
+        slow.push(tokio::spawn(dribble(
+            io,
+            kind,
+            started.clone(),
+            open.clone(),
+        )));
+    }
+    eventually(30, "every slow connection made", || async {
+        started.load(Ordering::SeqCst) == 2 * PER_LISTENER
+    })
+    .await;
+
+    // New connections of a caller holding the secret get through while the slow ones wait.
+    let bound = Duration::from_secs(15);
+    let seg = segment_json(&src, &random_kafka_id());
+    let r = tokio::time::timeout(bound, post(&ep, "/v1/copy", &copy_json(&src, &seg, false)))
+        .await
+        .expect("a copy on a new TCP connection got no answer while slow callers held connections");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let original = std::fs::read(&src.log).unwrap();
+    let r = tokio::time::timeout(bound, fetch(&ep, &seg, 0, Some(99_999)))
+        .await
+        .expect(
+            "a fetch on a new TCP connection got no answer while slow callers held connections",
+        );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.body == original[..100_000], "the TCP fetch's bytes");
+    let over_unix = async {
+        let mut u = Conn::unix(&sock).await.unwrap();
+        u.hello(&ep.secret).await.unwrap();
+        let body =
+            serde_json::json!({"segment": seg, "start_position": 1000, "end_position": 200_999});
+        u.call("POST", "/v1/fetch", body.to_string().as_bytes())
+            .await
+    };
+    let r = tokio::time::timeout(bound, over_unix).await.expect(
+        "a fetch on a new Unix socket connection got no answer while slow callers held connections",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(
+        r.body == original[1000..201_000],
+        "the Unix socket fetch's bytes"
+    );
+    // Not by waiting for them to go: some were still connected when the fetches were done.
+    let still_open = open.load(Ordering::SeqCst);
+    assert!(
+        still_open > 0,
+        "every slow connection was closed before the copy and fetches were done"
+    );
+
+    // strata closes every one of them, whatever it was waiting for.
+    eventually(30, "strata closed every slow connection", || async {
+        open.load(Ordering::SeqCst) == 0
+    })
+    .await;
+    for s in slow {
+        s.await.unwrap();
+    }
+    let mut closed = 0.0;
+    for listener in ["tier", "tier-unix"] {
+        for reason in ["unauthenticated_cap", "unauthenticated_deadline"] {
+            let name = format!(
+                "strata_http_rejected_total{{listener=\"{listener}\",reason=\"{reason}\"}}"
+            );
+            closed += metric(&metrics_addr, &name).await;
+        }
+    }
+    assert!(
+        closed >= (2 * PER_LISTENER) as f64,
+        "{closed} unauthenticated connections counted as closed"
+    );
+    // Logged in a few lines with counts, not a line each.
+    let log = tier.log_text();
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("unauthenticated"))
+        .collect();
+    eprintln!("{}", lines.join("\n"));
+    let lines = lines.len();
+    assert!(
+        (1..=8).contains(&lines),
+        "{lines} log lines about unauthenticated connections:\n{log}"
+    );
+    // The service is still there for the bridge.
+    let r = post(&ep, "/v1/delete", &serde_json::json!({"segment": seg})).await;
+    assert_eq!(r.status, 204, "{}", r.text());
     tier.kill();
 }
 

@@ -402,6 +402,30 @@ max_requests = 8
 }
 
 #[test]
+fn tier_cache_dir_is_resolved_and_normalised() {
+    let cwd = std::env::current_dir().unwrap();
+    let c = load("[tier]\ncache_dir = \"cache/./chunks/\"\n").unwrap();
+    assert_eq!(c.tier.cache_dir, Some(cwd.join("cache/chunks")));
+    let report = super::render_report("f.toml", &c);
+    assert!(
+        report.contains(&format!("in {}", cwd.join("cache/chunks").display())),
+        "the report names the resolved directory: {report}"
+    );
+    // Compared as text: `Path`'s own comparison skips `.` components and trailing slashes,
+    // the bridge's does not.
+    let c = load("[tier]\ncache_dir = \"/var/cache/./strata\"\n").unwrap();
+    let dir = c.tier.cache_dir.unwrap();
+    assert_eq!(dir.to_str(), Some("/var/cache/strata"));
+    let found = issues("[tier]\ncache_dir = \"/var/cache/strata/../other\"\n");
+    assert!(
+        found
+            .iter()
+            .any(|i| i.key == "tier.cache_dir" && i.message.contains("\"..\"")),
+        "{found:#?}"
+    );
+}
+
+#[test]
 fn known_key_lists_match_the_raw_structs() {
     use super::validate::*;
     let tables: &[(&str, &[&str])] = &[

@@ -6,7 +6,8 @@
 //! Every connection starts with a hello in which strata proves it knows the shared secret;
 //! every later request must carry the connection's next sequence number and a MAC over it, and
 //! every answer is signed the same way ([`authenticate`]). Bodies are read under a size and a
-//! time bound before anything else looks at them.
+//! time bound before anything else looks at them; until its first MAC checked, a connection
+//! also lives under the listener's unauthenticated cap and deadline ([`crate::listen`]).
 
 use super::auth::{self, SessionKey};
 use super::copy::file_source;
@@ -20,6 +21,7 @@ use super::protocol::{
 use super::stats;
 use super::upload::{upload_source, BodyReader};
 use super::Tier;
+use crate::listen::{Admission, AdmissionError, Throttle, WARN_INTERVAL};
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};
@@ -37,6 +39,8 @@ pub const AUTH_HEADER: &str = "strata-auth";
 /// Largest JSON request body (a copy request with long paths and many leader epochs is a few
 /// KiB).
 pub const MAX_JSON: usize = 1 << 20;
+/// Largest hello body: a version and a nonce, read before the caller proved anything.
+pub const MAX_HELLO: usize = 4 << 10;
 /// Longest gap between two pieces of a request body.
 pub const BODY_IDLE: Duration = Duration::from_secs(10);
 /// How long a fetch, fetch-index, delete or health request may wait for one of the
@@ -103,12 +107,28 @@ pub fn router(tier: Arc<Tier>) -> Router {
 }
 
 impl Tier {
-    /// The service for one new connection.
-    pub fn connection(router: &Router, transport: Transport) -> Router {
+    /// The service for one new connection; `admission` is told when its caller authenticated.
+    pub fn connection(router: &Router, transport: Transport, admission: Admission) -> Router {
         router
             .clone()
             .layer(Extension(Arc::new(Session::default())))
             .layer(Extension(transport))
+            .layer(Extension(admission))
+    }
+}
+
+/// Refusals are logged throttled: callers without the secret can send them by the thousand.
+static REFUSALS: Mutex<Throttle> = Mutex::new(Throttle::new(WARN_INTERVAL));
+
+fn refusals() -> std::sync::MutexGuard<'static, Throttle> {
+    REFUSALS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Logs the refusals held back since the last line, if a line is due.
+pub fn flush_refusal_warnings() {
+    let due = refusals().flush(std::time::Instant::now());
+    if let Some(count) = due {
+        tracing::warn!(count, "{count} more requests refused since the last line");
     }
 }
 
@@ -122,7 +142,10 @@ fn refuse(error: TierError) -> Response {
         _ => "bad_request",
     };
     stats::rejected("request", reason);
-    tracing::warn!(%error, "request refused");
+    let due = refusals().event(std::time::Instant::now());
+    if let Some(count) = due {
+        tracing::warn!(%error, count, "request refused ({count} since the last line)");
+    }
     let mut r = (
         error.status(),
         [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
@@ -172,9 +195,14 @@ async fn authenticate(request: Request, next: Next) -> Response {
     let Some(session) = parts.extensions.get::<Arc<Session>>().cloned() else {
         return refuse(TierError::Internal("no session for the connection".into()));
     };
+    let Some(admission) = parts.extensions.get::<Admission>().cloned() else {
+        return refuse(TierError::Internal(
+            "no admission for the connection".into(),
+        ));
+    };
     let mut reader = BodyReader::new(body, BODY_IDLE);
     if path == "/v1/hello" {
-        return match reader.all(MAX_JSON).await {
+        return match reader.all(MAX_HELLO).await {
             Ok(b) => next.run(Request::from_parts(parts, Body::from(b))).await,
             Err(e) => refuse(e),
         };
@@ -226,6 +254,9 @@ async fn authenticate(request: Request, next: Next) -> Response {
         ));
     }
     session.lock().next_seq = seq + 1;
+    if let Err(e) = admission.authenticated() {
+        return refuse_authenticated(e, seq, &key).await;
+    }
     parts.extensions.insert(Verified {
         seq,
         key: key.clone(),
@@ -240,6 +271,24 @@ async fn authenticate(request: Request, next: Next) -> Response {
     };
     let response = next.run(Request::from_parts(parts, body)).await;
     sign(response, seq, &key).await
+}
+
+/// A caller that proved who it is but cannot be served on this connection: signed, and the
+/// connection is closed. Counted and logged by the listener.
+async fn refuse_authenticated(e: AdmissionError, seq: u64, key: &SessionKey) -> Response {
+    let status = match e {
+        AdmissionError::Full(_) => StatusCode::SERVICE_UNAVAILABLE,
+        AdmissionError::Closed => StatusCode::REQUEST_TIMEOUT,
+    };
+    let mut r = (
+        status,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        format!("{e}; try again"),
+    )
+        .into_response();
+    r.headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    sign(r, seq, key).await
 }
 
 /// `<seq> <mac>`.

@@ -168,9 +168,25 @@ impl Tier {
     }
 }
 
-/// The bounds of both listeners (see [`crate::listen`]).
+/// Connections per listener whose caller has not yet authenticated (TLS handshake, hello and
+/// first signed request not done). The bridge opens about one per broker thread that calls
+/// strata tier and authenticates each within a round trip or two; beyond this, a new
+/// connection closes the oldest waiting one.
+pub const UNAUTHENTICATED_CONNECTIONS: usize = 32;
+/// Time from a connection's accept to its first request whose MAC checked; a connection still
+/// unauthenticated then is closed.
+pub const UNAUTHENTICATED_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The bounds of both listeners (see [`crate::listen`]): 256 authenticated connections each,
+/// and callers without the secret kept apart under a cap and a deadline of their own.
 fn limits() -> crate::listen::Limits {
-    crate::listen::Limits::default()
+    crate::listen::Limits {
+        unauthenticated: Some(crate::listen::Unauthenticated {
+            max_connections: UNAUTHENTICATED_CONNECTIONS,
+            deadline: UNAUTHENTICATED_DEADLINE,
+        }),
+        ..crate::listen::Limits::default()
+    }
 }
 
 /// TLS for the TCP listener from PEM files; the key file must be private like the secret.
@@ -258,8 +274,16 @@ pub async fn serve(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), TierError>
     let router = api::router(tier);
     let per_connection = |r: &axum::Router, transport| {
         let r = r.clone();
-        move || Tier::connection(&r, transport)
+        move |admission| Tier::connection(&r, transport, admission)
     };
+    // Refusals of requests are logged throttled; what is held back is logged from here.
+    let flush = tokio::spawn(async {
+        let mut tick = tokio::time::interval(crate::listen::WARN_INTERVAL);
+        loop {
+            tick.tick().await;
+            api::flush_refusal_warnings();
+        }
+    });
     let tcp = crate::listen::serve(
         "tier",
         listener,
@@ -283,6 +307,8 @@ pub async fn serve(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), TierError>
         }
     };
     tokio::join!(tcp, over_unix);
+    flush.abort();
+    api::flush_refusal_warnings();
     drop(unix);
     tracing::info!("strata tier stopped");
     Ok(())

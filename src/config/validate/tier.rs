@@ -113,12 +113,20 @@ pub(super) fn tier(cx: &mut Ctx<'_>, raw: RawTier) -> TierConfig {
     if upload_concurrency == 0 {
         cx.push("tier.upload_concurrency", "must be at least 1");
     }
+    // The bridge opens the files strata names in this directory, and takes only an absolute,
+    // normalised path: resolved here, once, so every answer names it the same way.
+    let cache_dir = cx.text("tier.cache_dir", &raw.cache_dir).and_then(|text| {
+        let cwd = std::env::current_dir().ok();
+        absolute_dir(&text, cwd.as_deref())
+            .map_err(|m| cx.push("tier.cache_dir", format!("{text:?} {m}")))
+            .ok()
+    });
     TierConfig {
         listen,
         prefix,
         chunk_size,
         compress_chunks,
-        cache_dir: cx.text("tier.cache_dir", &raw.cache_dir).map(PathBuf::from),
+        cache_dir,
         cache_size,
         prefetch_chunks: raw.prefetch_chunks.unwrap_or(defaults::PREFETCH_CHUNKS),
         upload_concurrency: upload_concurrency.max(1),
@@ -128,5 +136,104 @@ pub(super) fn tier(cx: &mut Ctx<'_>, raw: RawTier) -> TierConfig {
         handoff: raw.handoff.unwrap_or(true),
         tls,
         max_requests: max_requests.max(1),
+    }
+}
+
+/// A directory path made absolute and normalised lexically: a relative path is taken from
+/// `cwd` (the working directory, which the system gives without symbolic links), `.`
+/// components and repeated or trailing slashes are dropped. A `..` is resolved only at the
+/// start of a relative path (against `cwd`); after a directory name it is refused, since that
+/// directory may be a symbolic link and the system would then resolve it elsewhere.
+pub(super) fn absolute_dir(text: &str, cwd: Option<&Path>) -> Result<PathBuf, String> {
+    use std::path::Component;
+    if text.is_empty() {
+        return Err("is empty; name a directory, or leave the key out to cache in memory".into());
+    }
+    let path = Path::new(text);
+    let mut out = if path.is_absolute() {
+        PathBuf::from("/")
+    } else {
+        match cwd {
+            Some(c) if c.is_absolute() => c.to_path_buf(),
+            _ => {
+                return Err(
+                    "is a relative path and the working directory cannot be read; give an absolute path".into(),
+                )
+            }
+        }
+    };
+    let mut named = false;
+    for c in path.components() {
+        match c {
+            Component::RootDir | Component::CurDir => {}
+            Component::Normal(n) => {
+                named = true;
+                out.push(n);
+            }
+            Component::ParentDir if !named && !path.is_absolute() => {
+                out.pop();
+            }
+            Component::ParentDir => {
+                return Err(
+                    "has a \"..\" after a directory name, which may be a symbolic link leading elsewhere; write the path without \"..\"".into(),
+                )
+            }
+            Component::Prefix(_) => return Err("is not a Unix path".into()),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cache_dirs_become_absolute_and_normalised() {
+        let cwd = Path::new("/srv/kafka");
+        let ok = |t: &str| absolute_dir(t, Some(cwd)).unwrap();
+        assert_eq!(ok("/var/cache/strata"), PathBuf::from("/var/cache/strata"));
+        assert_eq!(
+            ok("/var/cache/./strata"),
+            PathBuf::from("/var/cache/strata")
+        );
+        assert_eq!(
+            ok("//var//cache/strata/"),
+            PathBuf::from("/var/cache/strata")
+        );
+        assert_eq!(
+            ok("/./var/cache/strata/."),
+            PathBuf::from("/var/cache/strata")
+        );
+        assert_eq!(ok("cache"), PathBuf::from("/srv/kafka/cache"));
+        assert_eq!(
+            ok("./cache/./chunks/"),
+            PathBuf::from("/srv/kafka/cache/chunks")
+        );
+        assert_eq!(ok("."), PathBuf::from("/srv/kafka"));
+        assert_eq!(ok("../cache"), PathBuf::from("/srv/cache"));
+        assert_eq!(ok("../../../cache"), PathBuf::from("/cache"));
+        assert_eq!(ok("/"), PathBuf::from("/"));
+        for bad in ["/var/cache/../strata", "cache/../other", "/../x", "./a/.."] {
+            let e = absolute_dir(bad, Some(cwd)).unwrap_err();
+            assert!(e.contains("\"..\""), "{bad}: {e}");
+        }
+        assert!(absolute_dir("", Some(cwd)).unwrap_err().contains("empty"));
+        let e = absolute_dir("cache", None).unwrap_err();
+        assert!(e.contains("absolute path"), "{e}");
+        assert!(absolute_dir("cache", Some(Path::new("rel"))).is_err());
+        assert_eq!(
+            absolute_dir("/var/cache/strata", None).unwrap(),
+            PathBuf::from("/var/cache/strata"),
+            "an absolute path needs no working directory"
+        );
+        // What the bridge checks: absolute, and unchanged by normalising.
+        // Compared as text: `Path`'s own comparison skips `.` components and trailing
+        // slashes, the bridge's does not.
+        assert_eq!(
+            ok("/var/cache/./strata/").to_str(),
+            Some("/var/cache/strata")
+        );
+        assert_eq!(ok("x//./y/").to_str(), Some("/srv/kafka/x/y"));
     }
 }

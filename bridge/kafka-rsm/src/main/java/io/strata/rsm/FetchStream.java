@@ -57,6 +57,28 @@ final class FetchStream extends InputStream {
         void close();
     }
 
+    /**
+     * A handoff answer that cannot be used: its first read throws {@code why}, and the stream
+     * reads the window's bytes over the socket instead.
+     */
+    static Window unusable(Handoff.Unusable why) {
+        return new Window() {
+            @Override
+            public int read(byte[] b, int off, int len) throws IOException {
+                throw why;
+            }
+
+            @Override
+            public boolean endsRange() {
+                return false;
+            }
+
+            @Override
+            public void close() {
+            }
+        };
+    }
+
     /** A window of bytes over the socket: any other count than asked for means the range ended. */
     static Window bytes(TierHttp.Body body, long asked) {
         return new Window() {

@@ -1,13 +1,12 @@
 package io.strata.rsm;
 
-import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
-
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
 import java.math.BigDecimal;
 import java.nio.ByteBuffer;
+import java.nio.channels.ClosedByInterruptException;
 import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
@@ -41,9 +40,11 @@ import java.util.zip.CRC32C;
  * directory it names, which must be absolute and neither group- nor world-writable (nor its
  * parent); links are not followed. Every byte goes through a buffer of this stream, is checked
  * against the CRC-32C of its 64 KiB block (computed by strata from bytes it verified against the
- * manifest) and only then copied to the broker. A file that vanished (evicted) or fails a check
- * (damaged on disk) ends the handoff with {@link Unusable}: {@link FetchStream} asks for the same
- * bytes over the socket instead (naming a damaged file, so strata drops it).
+ * manifest) and only then copied to the broker. An answer the bridge cannot use (malformed, or
+ * naming a directory that is not absolute and normalised), a file that vanished (evicted), cannot
+ * be opened or read, or fails a check (damaged on disk) ends the handoff with {@link Unusable}:
+ * {@link FetchStream} asks for the same bytes over the socket instead (naming a damaged file, so
+ * strata drops it). A handoff never fails a fetch.
  */
 final class Handoff implements FetchStream.Window {
     private static final Logger LOG = LoggerFactory.getLogger(Handoff.class);
@@ -62,6 +63,12 @@ final class Handoff implements FetchStream.Window {
     private static final Pattern NAME = Pattern.compile("[0-9a-f]{16}-[0-9]{1,19}\\.chunk");
     /** Directories checked, with the reason they were refused ("" when safe). */
     private static final Map<Path, String> CHECKED_DIRS = new ConcurrentHashMap<>();
+    /** Handoffs that cannot be used are logged at most once per this interval, with a count. */
+    static final long WARN_INTERVAL_NANOS = 60_000_000_000L;
+    private static final Object WARN_LOCK = new Object();
+    private static long lastWarn;
+    private static boolean warned;
+    private static long unusableSinceWarn;
 
     /** A handoff that cannot go on: the bytes from here must come over the socket. */
     static final class Unusable extends IOException {
@@ -128,8 +135,11 @@ final class Handoff implements FetchStream.Window {
      * Parses and checks a signed handoff answer to a request for {@code maxBytes} bytes, or up to
      * {@code ahead} of them as files. The answer says which ({@code max_bytes}); strata versions
      * before {@code handoff_max_bytes} leave that out and answer {@code maxBytes}.
+     *
+     * @throws Unusable (for the rest of the stream) when the answer cannot be used: its bytes
+     *     are then read over the socket
      */
-    static Handoff parse(byte[] body, long maxBytes, long ahead) throws RemoteStorageException {
+    static Handoff parse(byte[] body, long maxBytes, long ahead) throws Unusable {
         try {
             Object parsed = JsonReader.parse(new String(body, StandardCharsets.UTF_8));
             if (!(parsed instanceof Map)) {
@@ -180,9 +190,32 @@ final class Handoff implements FetchStream.Window {
             return new Handoff(dir, block, len, (Boolean) partial, pieces, asked);
         } catch (IllegalArgumentException | ArithmeticException e) {
             String msg = "strata tier sent an invalid handoff answer: " + e.getMessage();
-            LOG.warn(msg);
-            throw new RemoteStorageException(msg);
+            warnUnusable(msg);
+            throw new Unusable(msg, null, true);
         }
+    }
+
+    /**
+     * Logs a handoff that cannot be used although strata and the bridge are set up for it (an
+     * invalid answer, files the bridge may not open): at most one line per
+     * {@link #WARN_INTERVAL_NANOS}, with a count, since it recurs on every fetch.
+     */
+    static void warnUnusable(String msg) {
+        long count;
+        synchronized (WARN_LOCK) {
+            unusableSinceWarn++;
+            long now = System.nanoTime();
+            if (warned && now - lastWarn < WARN_INTERVAL_NANOS) {
+                LOG.debug(msg);
+                return;
+            }
+            warned = true;
+            lastWarn = now;
+            count = unusableSinceWarn;
+            unusableSinceWarn = 0;
+        }
+        LOG.warn("{}; reading these bytes over the socket instead ({} unusable handoffs since the last line)",
+            msg, count);
     }
 
     private static Piece piece(Object o, long block) {
@@ -280,16 +313,25 @@ final class Handoff implements FetchStream.Window {
         if (n == 0) {
             return 0;
         }
-        while (current < 0 || inPiece == pieces.get(current).len) {
-            if (current + 1 == pieces.size()) {
-                return -1;
+        Piece p;
+        long pos;
+        try {
+            while (current < 0 || inPiece == pieces.get(current).len) {
+                if (current + 1 == pieces.size()) {
+                    return -1;
+                }
+                next();
             }
-            next();
-        }
-        Piece p = pieces.get(current);
-        long pos = p.offset + inPiece;
-        if (bufStart < 0 || pos < bufStart || pos >= bufStart + buf.limit()) {
-            fill(p, pos);
+            p = pieces.get(current);
+            pos = p.offset + inPiece;
+            if (bufStart < 0 || pos < bufStart || pos >= bufStart + buf.limit()) {
+                fill(p, pos);
+            }
+        } catch (RuntimeException e) {
+            // Whatever went wrong, nothing reached the caller: the bytes come over the socket.
+            String msg = "strata tier's cache files in " + dir + " cannot be read: " + e;
+            warnUnusable(msg);
+            throw new Unusable(msg, null, true);
         }
         int at = (int) (pos - bufStart);
         int count = (int) Math.min(Math.min(n, buf.limit() - at), p.len - inPiece);
@@ -322,6 +364,16 @@ final class Handoff implements FetchStream.Window {
             }
         } catch (NoSuchFileException e) {
             throw new Unusable(file + " is gone (evicted from strata tier's cache)", null);
+        } catch (Unusable e) {
+            throw e;
+        } catch (IOException e) {
+            if (interrupted(e)) {
+                throw e;
+            }
+            // Not allowed to open it, and the like: no other file of this answer will do better.
+            String msg = file + " cannot be opened: " + e;
+            warnUnusable(msg);
+            throw new Unusable(msg, null, true);
         }
         if (buf == null) {
             buf = borrow();
@@ -339,7 +391,16 @@ final class Handoff implements FetchStream.Window {
         buf.clear().limit((int) (end - start));
         long at = start;
         while (buf.hasRemaining()) {
-            int got = channel.read(buf, at);
+            int got;
+            try {
+                got = channel.read(buf, at);
+            } catch (IOException e) {
+                if (interrupted(e)) {
+                    throw e;
+                }
+                // A read error of the disk: strata drops the file and fetches the chunk again.
+                throw new Unusable(dir.resolve(p.file) + " cannot be read: " + e, p.file);
+            }
             if (got < 0) {
                 throw new Unusable(p.file + " ended at " + at + " bytes, strata tier said " + p.size, p.file);
             }
@@ -359,6 +420,11 @@ final class Handoff implements FetchStream.Window {
         }
         buf.position(0);
         bufStart = start;
+    }
+
+    /** The calling thread is being stopped: not a fault of the file, and no reason to go on. */
+    private static boolean interrupted(IOException e) {
+        return e instanceof ClosedByInterruptException || Thread.currentThread().isInterrupted();
     }
 
     /** "" when {@code dir} (and its parent) is a real directory no group or other user can write. */

@@ -383,7 +383,13 @@ public class StrataRemoteStorageManager implements RemoteStorageManager {
                 return FetchStream.bytes(resp.stream, maxBytes);
             }
             if (resp.status == 200 && handoff && TierHttp.HANDOFF_TYPE.equals(resp.contentType)) {
-                Handoff answer = Handoff.parse(resp.body, maxBytes, ahead);
+                Handoff answer;
+                try {
+                    answer = Handoff.parse(resp.body, maxBytes, ahead);
+                } catch (Handoff.Unusable e) {
+                    // Never the fetch's end: the stream reads these bytes over the socket.
+                    return FetchStream.unusable(e);
+                }
                 answers.put(segmentId, position, answer);
                 return answer.slice(0, maxBytes);
             }

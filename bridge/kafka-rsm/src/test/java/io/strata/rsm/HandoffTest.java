@@ -1,7 +1,5 @@
 package io.strata.rsm;
 
-import org.apache.kafka.server.log.remote.storage.RemoteStorageException;
-
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 
@@ -25,7 +23,6 @@ import java.util.zip.CRC32C;
 import static io.strata.rsm.StrataRemoteStorageManagerTest.segment;
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
 /**
@@ -311,22 +308,62 @@ class HandoffTest extends FakeTierTest {
             "after the refusal, no more handoffs are asked for: " + answers);
     }
 
+    /** From now on, every request for a handoff is answered with {@code json}; others with bytes. */
+    void answerHandoffsWith(String json) {
+        tier.respond(req -> {
+            Matcher m = FIELDS.matcher(req.bodyText());
+            assertTrue(m.find(), req.bodyText());
+            int from = Integer.parseInt(m.group(1));
+            int max = Integer.parseInt(m.group(2));
+            if (m.group(3) != null) {
+                answers.add("handoff");
+                return FakeTier.Reply.handoff(json);
+            }
+            answers.add("bytes");
+            return FakeTier.Reply.of(200, Arrays.copyOfRange(segmentBytes, from, Math.min(segmentBytes.length, from + max)));
+        });
+    }
+
     @Test
-    void answersNamingOtherFilesAreRefused() {
+    void answersTheBridgeCannotUseAreReadOverTheSocket() throws Exception {
         String good = handoffJson(0, 1000);
         for (String bad : new String[] {
             good.replace(names.get(0), "../../etc/passwd"),
             good.replace(names.get(0), "0000000000000001-1.chunk/x"),
             good.replace("\"dir\":\"" + dir, "\"dir\":\"" + dir + "/../strata-chunks"),
-            good.replace("\"dir\":\"" + dir, "\"dir\":\"relative"),
+            // What a strata tier whose tier.cache_dir was relative or had "." in it answered.
+            good.replace("\"dir\":\"" + dir, "\"dir\":\"cache/strata-chunks"),
+            good.replace("\"dir\":\"" + dir, "\"dir\":\"" + dir.getParent() + "/./strata-chunks"),
             good.replace("\"len\":1000,\"partial\"", "\"len\":999,\"partial\""),
             good.replace("\"size\":" + CHUNK, "\"size\":10"),
+            good.replace("\"block_size\":" + BLOCK, "\"block_size\":1000"),
+            good.replace("\"crc32c\":[", "\"crc32c\":[1,"),
+            "not JSON",
+            "[]",
         }) {
-            tier.respond(req -> FakeTier.Reply.handoff(bad));
-            RemoteStorageException e = assertThrows(RemoteStorageException.class,
-                () -> rsm.fetchLogSegment(segment("orders", segmentBytes.length), 0), bad);
-            assertTrue(e.getMessage().contains("invalid handoff"), e.getMessage());
+            answers.clear();
+            answerHandoffsWith(bad);
+            assertArrayEquals(Arrays.copyOfRange(segmentBytes, 0, 5000), fetchOnce(0, 5000), bad);
+            assertArrayEquals(expected(777), readAll(777, 256 * 1024, () -> { }), bad);
+            // Each stream tried a handoff once, then read every byte over the socket.
+            assertEquals("handoff", answers.get(0), bad);
+            assertEquals("bytes", answers.get(1), bad);
+            assertEquals(2, answers.stream().filter("handoff"::equals).count(), bad + ": " + answers);
         }
+        assertEquals(List.of(), damagedReported);
+        // A usable answer is used again.
+        answers.clear();
+        answerHandoffsWith(good);
+        assertArrayEquals(Arrays.copyOfRange(segmentBytes, 0, 1000), fetchOnce(0, 1000));
+        assertEquals(List.of("handoff"), answers);
+    }
+
+    @Test
+    void aChunkFileThatIsNotAFileIsReadOverTheSocket() throws Exception {
+        Files.delete(dir.resolve(names.get(1)));
+        Files.createDirectory(dir.resolve(names.get(1)));
+        assertArrayEquals(expected(0), readAll(0, 256 * 1024, () -> { }));
+        assertTrue(answers.contains("bytes"), answers.toString());
     }
 
     @Test
