@@ -889,3 +889,72 @@ async fn a_wrong_peer_password_fails_fast_naming_the_cluster_and_user() {
         "{report}"
     );
 }
+
+/// A `--once` run's error (the run must fail).
+async fn run_once_err(cfg: &Config) -> strata::replicate::ReplicateError {
+    init_logs();
+    strata::replicate::run(
+        cfg,
+        ReplicateOptions {
+            once: true,
+            once_deadline: Duration::from_secs(120),
+        },
+        Arc::new(AtomicBool::new(false)),
+    )
+    .await
+    .expect_err("the run must be refused")
+}
+
+/// The bookkeeping topics are created with the task's replication factor (more replicas than
+/// brokers is refused before anything is created), and an existing one that is not compacted
+/// is refused with the command that fixes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn bookkeeping_topics_follow_replication_factor_and_must_be_compacted() {
+    let (local, peer) = (kafka_config(), peer_kafka_config());
+    let topic = unique("bk");
+    create_topic_on(&peer, &topic, 1).await;
+    let brokers = strata::kafka::Admin::new(&local)
+        .unwrap()
+        .broker_count()
+        .unwrap();
+    let name = unique("bk-task");
+    let positions = format!("strata.{name}.peer-local.positions.internal");
+    let too_many = task_toml(
+        &name,
+        "pull",
+        &format!(
+            "topics = [\"{topic}\"]\nreplication_factor = {}\n",
+            brokers + 1
+        ),
+        "",
+    );
+    let msg = run_once_err(&config_with_peer(&too_many)).await.to_string();
+    assert!(
+        msg.contains(&positions) && msg.contains("replicas"),
+        "{msg}"
+    );
+    assert_eq!(
+        strata::kafka::Admin::new(&local)
+            .unwrap()
+            .partition_count(&positions)
+            .unwrap(),
+        None,
+        "nothing created"
+    );
+
+    // A positions topic someone created with cleanup.policy = delete: its records would expire.
+    let admin = strata::kafka::Admin::new(&local).unwrap();
+    admin
+        .create_topic(&positions, 1, 1, &[("cleanup.policy", "delete")])
+        .await
+        .unwrap();
+    wait_for_partitions(&admin, &positions, 1).await;
+    let toml = task_toml(&name, "pull", &format!("topics = [\"{topic}\"]\n"), "");
+    let msg = run_once_err(&config_with_peer(&toml)).await.to_string();
+    assert!(
+        msg.contains(&positions)
+            && msg.contains("cleanup.policy")
+            && msg.contains("--add-config cleanup.policy=compact"),
+        "{msg}"
+    );
+}

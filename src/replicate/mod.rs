@@ -48,7 +48,7 @@ pub enum ReplicateError {
         servers: String,
         detail: String,
     },
-    #[error("target topic {topic:?} would need {replicas} replicas, but the target cluster has {brokers} broker(s); lower replication_factor to at most {brokers}")]
+    #[error("topic {topic:?} would need {replicas} replicas, but its cluster has {brokers} broker(s); lower replication_factor to at most {brokers}")]
     Replicas {
         topic: String,
         replicas: i32,

@@ -94,7 +94,8 @@ impl FlowSetup {
             .await?
         };
         let positions_topic = names.positions_topic();
-        topics::ensure_internal(&target_admin, &positions_topic).await?;
+        let rf = task.replication_factor;
+        topics::ensure_internal(&target_admin, &positions_topic, rf, &servers(&target)).await?;
         let (syncs_topic, syncs_on_source) = names.offset_syncs_topic(both_ways);
         let syncs_cluster = if syncs_on_source { &source } else { &target };
         let syncs_admin = if syncs_on_source {
@@ -102,9 +103,15 @@ impl FlowSetup {
         } else {
             &target_admin
         };
-        topics::ensure_internal(syncs_admin, &syncs_topic).await?;
+        topics::ensure_internal(syncs_admin, &syncs_topic, rf, &servers(syncs_cluster)).await?;
         if task.group_sync.is_some() {
-            topics::ensure_internal(&target_admin, &names.checkpoints_topic()).await?;
+            topics::ensure_internal(
+                &target_admin,
+                &names.checkpoints_topic(),
+                rf,
+                &servers(&target),
+            )
+            .await?;
         }
         let routes = {
             let (t, n, tg, pt, a) = (
