@@ -47,6 +47,26 @@ enum LogFormatArg {
     Json,
 }
 
+/// `strata replicate --reset`: see docs/replicate.md, "Lost bookkeeping".
+#[derive(Clone, Copy, ValueEnum)]
+enum ResetArg {
+    /// Keep the target as it is: partitions without a stored position start at the source's
+    /// end; partitions whose target was recreated resume at their stored position.
+    TargetEnd,
+    /// Copy the refused partitions again from the source's first record (their targets must
+    /// hold no record).
+    SourceStart,
+}
+
+impl From<ResetArg> for strata::replicate::Reset {
+    fn from(r: ResetArg) -> Self {
+        match r {
+            ResetArg::TargetEnd => Self::TargetEnd,
+            ResetArg::SourceStart => Self::SourceStart,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Check a config file and print what it means (secrets redacted).
@@ -80,6 +100,12 @@ enum Command {
         /// With --once: give up after this many seconds with exit code 3.
         #[arg(long, value_name = "SECS", default_value_t = 600, requires = "once")]
         once_deadline: u64,
+        /// Go on once past a refused start whose bookkeeping was lost (no stored position for
+        /// a target that holds records, or a recreated target topic): record fresh positions
+        /// for the refused partitions only, then run normally. Stop every other process of the
+        /// task first.
+        #[arg(long, value_enum, value_name = "MODE")]
+        reset: Option<ResetArg>,
     },
     /// Connect to both clusters of every replicate task and report bootstrap, authentication,
     /// authorization and topic-creation rights, without starting anything.
@@ -316,6 +342,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             config,
             once,
             once_deadline,
+            reset,
         } => {
             let cfg = match load(&config) {
                 Ok(c) => c,
@@ -325,6 +352,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let opts = strata::replicate::ReplicateOptions {
                 once,
                 once_deadline: std::time::Duration::from_secs(once_deadline),
+                reset: reset.map(Into::into),
             };
             match strata::replicate::run(&cfg, opts, stop).await {
                 Ok(summaries) => {

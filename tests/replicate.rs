@@ -33,6 +33,7 @@ async fn run_once(cfg: &Config) -> Vec<Summary> {
     let opts = ReplicateOptions {
         once: true,
         once_deadline: Duration::from_secs(120),
+        ..ReplicateOptions::default()
     };
     strata::replicate::run(cfg, opts, Arc::new(AtomicBool::new(false)))
         .await
@@ -245,6 +246,7 @@ async fn push_keeps_names_and_refuses_changed_parameters() {
         ReplicateOptions {
             once: true,
             once_deadline: Duration::from_secs(60),
+            ..ReplicateOptions::default()
         },
         Arc::new(AtomicBool::new(false)),
     )
@@ -887,5 +889,246 @@ async fn a_wrong_peer_password_fails_fast_naming_the_cluster_and_user() {
     assert!(
         !report.contains("cluster \"peer\": topic creation"),
         "{report}"
+    );
+}
+
+/// A `--once` run's error (the run must fail).
+async fn run_once_err(cfg: &Config) -> strata::replicate::ReplicateError {
+    init_logs();
+    strata::replicate::run(
+        cfg,
+        ReplicateOptions {
+            once: true,
+            once_deadline: Duration::from_secs(120),
+            ..ReplicateOptions::default()
+        },
+        Arc::new(AtomicBool::new(false)),
+    )
+    .await
+    .expect_err("the run must be refused")
+}
+
+/// Deletes a topic and waits until the cluster no longer lists it.
+async fn delete_topic_on(k: &KafkaConfig, topic: &str) {
+    let admin = strata::kafka::Admin::new(k).unwrap();
+    admin.delete_topics(&[topic]).await.unwrap();
+    eventually(60, &format!("{topic} deleted"), || {
+        let (k, t) = (k.clone(), topic.to_string());
+        async move {
+            tokio::task::spawn_blocking(move || {
+                strata::kafka::Admin::new(&k)
+                    .unwrap()
+                    .partition_count(&t)
+                    .unwrap()
+                    .is_none()
+            })
+            .await
+            .unwrap()
+        }
+    })
+    .await;
+}
+
+/// Lost bookkeeping, case 1: the positions topic is gone but the target holds the copies. A
+/// start must not take it for a first start (that copies everything again); `--reset
+/// target-end` keeps the target as it is and copies what reaches the source from then on.
+#[tokio::test(flavor = "multi_thread")]
+async fn lost_positions_with_a_filled_target_are_refused_until_reset() {
+    let (local, peer) = (kafka_config(), peer_kafka_config());
+    let topic = unique("lostpos");
+    create_topic_on(&peer, &topic, 2).await;
+    produce_to(&peer, &sample_records(&topic, 300, 2, base_ts())).await;
+    let name = unique("lostpos-task");
+    let toml = task_toml(&name, "pull", &format!("topics = [\"{topic}\"]\n"), "");
+    let cfg = config_with_peer(&toml);
+    assert_eq!(run_once(&cfg).await[0].records, 300);
+    delete_topic_on(
+        &local,
+        &format!("strata.{name}.peer-local.positions.internal"),
+    )
+    .await;
+    produce_to(&peer, &sample_records(&topic, 50, 2, base_ts())).await;
+
+    let err = run_once_err(&cfg).await;
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("{topic}[0]"))
+            && msg.contains(&format!("{topic}[1]"))
+            && msg.contains("--reset target-end"),
+        "{msg}"
+    );
+    assert_eq!(
+        read_committed(&local, &topic).len(),
+        300,
+        "nothing copied again"
+    );
+
+    // target-end: the target stays as it is; what reached the source meanwhile is left out,
+    // what comes later is copied once.
+    let reset = ReplicateOptions {
+        once: true,
+        once_deadline: Duration::from_secs(120),
+        reset: Some(strata::replicate::Reset::TargetEnd),
+    };
+    let summary = strata::replicate::run(&cfg, reset, Arc::new(AtomicBool::new(false)))
+        .await
+        .expect("--reset target-end");
+    assert_eq!(summary[0].records, 0);
+    produce_to(&peer, &sample_records(&topic, 40, 2, base_ts())).await;
+    assert_eq!(run_once(&cfg).await[0].records, 40);
+    let source = read_committed(&peer, &topic);
+    let expected: Vec<Record> = source
+        .iter()
+        .filter(|r| !(150..175).contains(&r.offset.unwrap()))
+        .cloned()
+        .collect();
+    assert_same_partitions(
+        &expected,
+        &read_committed(&local, &topic),
+        "after the reset",
+    );
+}
+
+/// Lost bookkeeping, case 2: the target topic was deleted and recreated while the positions
+/// survived. Resuming would leave out everything the old topic held; `--reset source-start`
+/// copies the source again into the empty target.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recreated_target_topic_is_refused_until_reset() {
+    let (local, peer) = (kafka_config(), peer_kafka_config());
+    let topic = unique("recreated");
+    create_topic_on(&peer, &topic, 2).await;
+    produce_to(&peer, &sample_records(&topic, 200, 2, base_ts())).await;
+    let toml = task_toml(
+        &unique("recreated-task"),
+        "pull",
+        &format!("topics = [\"{topic}\"]\nrename_topics = true\n"),
+        "",
+    );
+    let cfg = config_with_peer(&toml);
+    assert_eq!(run_once(&cfg).await[0].records, 200);
+    let target = format!("peer.{topic}");
+    delete_topic_on(&local, &target).await;
+
+    let err = run_once_err(&cfg).await;
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("{target}[0]"))
+            && msg.contains("recreated")
+            && msg.contains("--reset source-start"),
+        "{msg}"
+    );
+
+    // source-start: the empty target gets every source record again, once.
+    let reset = ReplicateOptions {
+        once: true,
+        once_deadline: Duration::from_secs(120),
+        reset: Some(strata::replicate::Reset::SourceStart),
+    };
+    let summary = strata::replicate::run(&cfg, reset, Arc::new(AtomicBool::new(false)))
+        .await
+        .expect("--reset source-start");
+    assert_eq!(summary[0].records, 200);
+    assert_same_partitions(
+        &read_committed(&peer, &topic),
+        &read_committed(&local, &target),
+        "after the reset",
+    );
+    // One-shot: the next start finds its positions in order.
+    assert_eq!(run_once(&cfg).await[0].records, 0);
+}
+
+/// A first start killed before its first commit leaves aborted records in the target and no
+/// position: that is no lost bookkeeping, and the next start copies everything.
+#[tokio::test(flavor = "multi_thread")]
+async fn aborted_records_in_the_target_are_no_lost_bookkeeping() {
+    let (local, peer) = (kafka_config(), peer_kafka_config());
+    let topic = unique("aborted");
+    create_topic_on(&peer, &topic, 1).await;
+    create_topic_on(&local, &topic, 1).await;
+    produce_to(&peer, &sample_records(&topic, 30, 1, base_ts())).await;
+    let (l, t) = (local.clone(), topic.clone());
+    tokio::task::spawn_blocking(move || {
+        use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+        let p: BaseProducer = strata::kafka::client_config(&l)
+            .set("transactional.id", unique("aborting"))
+            .create()
+            .unwrap();
+        p.init_transactions(Duration::from_secs(30)).unwrap();
+        p.begin_transaction().unwrap();
+        for i in 0..5 {
+            let v = format!("aborted-{i}");
+            p.send(BaseRecord::<(), _>::to(&t).partition(0).payload(&v))
+                .unwrap();
+        }
+        p.flush(Duration::from_secs(30)).unwrap();
+        p.abort_transaction(Duration::from_secs(30)).unwrap();
+    })
+    .await
+    .unwrap();
+    let toml = task_toml(
+        &unique("aborted-task"),
+        "pull",
+        &format!("topics = [\"{topic}\"]\n"),
+        "",
+    );
+    assert_eq!(run_once(&config_with_peer(&toml)).await[0].records, 30);
+    assert_same_partitions(
+        &read_committed(&peer, &topic),
+        &read_committed(&local, &topic),
+        "past the aborted records",
+    );
+}
+
+/// The bookkeeping topics are created with the task's replication factor (more replicas than
+/// brokers is refused before anything is created), and an existing one that is not compacted
+/// is refused with the command that fixes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn bookkeeping_topics_follow_replication_factor_and_must_be_compacted() {
+    let (local, peer) = (kafka_config(), peer_kafka_config());
+    let topic = unique("bk");
+    create_topic_on(&peer, &topic, 1).await;
+    let brokers = strata::kafka::Admin::new(&local)
+        .unwrap()
+        .broker_count()
+        .unwrap();
+    let name = unique("bk-task");
+    let positions = format!("strata.{name}.peer-local.positions.internal");
+    let too_many = task_toml(
+        &name,
+        "pull",
+        &format!(
+            "topics = [\"{topic}\"]\nreplication_factor = {}\n",
+            brokers + 1
+        ),
+        "",
+    );
+    let msg = run_once_err(&config_with_peer(&too_many)).await.to_string();
+    assert!(
+        msg.contains(&positions) && msg.contains("replicas"),
+        "{msg}"
+    );
+    assert_eq!(
+        strata::kafka::Admin::new(&local)
+            .unwrap()
+            .partition_count(&positions)
+            .unwrap(),
+        None,
+        "nothing created"
+    );
+
+    // A positions topic someone created with cleanup.policy = delete: its records would expire.
+    let admin = strata::kafka::Admin::new(&local).unwrap();
+    admin
+        .create_topic(&positions, 1, 1, &[("cleanup.policy", "delete")])
+        .await
+        .unwrap();
+    wait_for_partitions(&admin, &positions, 1).await;
+    let toml = task_toml(&name, "pull", &format!("topics = [\"{topic}\"]\n"), "");
+    let msg = run_once_err(&config_with_peer(&toml)).await.to_string();
+    assert!(
+        msg.contains(&positions)
+            && msg.contains("cleanup.policy")
+            && msg.contains("--add-config cleanup.policy=compact"),
+        "{msg}"
     );
 }

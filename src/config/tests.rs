@@ -295,6 +295,82 @@ fn owned_kafka_properties_are_refused() {
     assert!(found[0].message.contains("managed by strata"));
 }
 
+/// The properties strata sets for dump's and replicate's guarantees (issue 33, item 4).
+const GUARANTEE_PROPERTIES: &[&str] = &[
+    "isolation.level",
+    "transactional.id",
+    "transaction.timeout.ms",
+    "acks",
+    "request.required.acks",
+    "enable.idempotence",
+];
+
+#[test]
+fn properties_that_break_dump_and_replicate_guarantees_are_refused_with_the_reason() {
+    // [kafka.properties] of a file with a dump task.
+    for p in GUARANTEE_PROPERTIES {
+        let text = format!(
+            "[kafka.properties]\n\"{p}\" = \"x\"\n[[tasks]]\nname = \"dump1\"\ntopics = [\"a\"]\n"
+        );
+        let found = issues(&text);
+        assert_eq!(found.len(), 1, "{p}: {found:#?}");
+        assert_eq!(found[0].key, format!("kafka.properties.\"{p}\""));
+        assert!(found[0].message.contains("managed by strata"), "{found:#?}");
+    }
+    // The reason, not only the refusal.
+    let found = issues("[kafka.properties]\n\"isolation.level\" = \"read_uncommitted\"\n[[tasks]]\nname = \"dump1\"\ntopics = [\"a\"]\n");
+    assert!(found[0].message.contains("aborted"), "{found:#?}");
+    let found = issues(&format!(
+        "[kafka.properties]\n\"transactional.id\" = \"fixed\"\n{}",
+        replicate("", "")
+    ));
+    assert!(
+        has(&found, "kafka.properties.\"transactional.id\"", "fence"),
+        "{found:#?}"
+    );
+    // A replicate task's peer properties go through the same guard.
+    for p in GUARANTEE_PROPERTIES {
+        let found = issues(&replicate(
+            "",
+            &format!("[tasks.peer.properties]\n\"{p}\" = \"x\"\n"),
+        ));
+        assert!(
+            has(
+                &found,
+                &format!("tasks[0].peer.properties.\"{p}\""),
+                "managed by strata"
+            ),
+            "{p}: {found:#?}"
+        );
+    }
+    // Properties a test or an operator may still set on the peer: static membership, timeouts.
+    let ok = replicate(
+        "",
+        "[tasks.peer.properties]\n\"group.instance.id\" = \"m-1\"\n\"session.timeout.ms\" = \"6000\"\n",
+    );
+    assert!(load(&ok).is_ok());
+}
+
+#[test]
+fn a_file_without_tasks_keeps_restores_own_guard_for_producer_settings() {
+    // [kafka] serves restore alone here: restore ignores these with a warning, as before.
+    let c = load("[kafka.properties]\n\"acks\" = \"1\"\n\"transactional.id\" = \"x\"\n").unwrap();
+    assert_eq!(c.kafka.properties["acks"], "1");
+    // [restore.kafka] likewise; the always-owned ones stay refused there.
+    let c = load("[restore]\n[restore.kafka]\nbootstrap_servers = [\"k:9092\"]\n[restore.kafka.properties]\n\"enable.idempotence\" = false\n").unwrap();
+    assert!(c.restore.is_some());
+    let found =
+        issues("[restore]\n[restore.kafka]\n[restore.kafka.properties]\n\"group.id\" = \"g\"\n");
+    assert!(
+        has(
+            &found,
+            "restore.kafka.properties.\"group.id\"",
+            "managed by strata"
+        ),
+        "{found:#?}"
+    );
+}
+
 #[test]
 fn report_never_shows_secrets() {
     let c = load(FULL).unwrap();

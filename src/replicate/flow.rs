@@ -9,6 +9,7 @@
 //! back from the target after fencing, never from the source group's offsets (those are only
 //! a report for lag and `kafka-consumer-groups`).
 
+use super::bookkeeping::{self, Refused};
 use super::landed::Landed;
 use super::naming::{crosses, SOURCE_HEADER};
 use super::positions::{self, position_key, Position};
@@ -91,6 +92,9 @@ const POSITION_EVERY: Duration = Duration::from_secs(1);
 const ACK_POLL: Duration = Duration::from_millis(10);
 /// How long a stopping worker without transactions waits for what is in flight.
 const DRAIN: Duration = Duration::from_secs(10);
+/// How long a worker reads its target partition at most to tell whether it holds records
+/// (only when no position is stored and the partition is not empty).
+const READ_TARGET: Duration = Duration::from_secs(30);
 /// How long a worker may fail in a row before the log says the partition is stuck.
 const STUCK_AFTER: Duration = Duration::from_secs(60);
 
@@ -103,6 +107,10 @@ struct Deliveries {
     /// One past the source offset of the newest replicated record the target acknowledged
     /// (0: none yet); without transactions, what the position may follow.
     acked_next: AtomicI64,
+    /// The target partition's end offset is at least this: its end when the worker started,
+    /// then one past the newest record that landed (aborted ones too, as they keep their
+    /// offsets). Each position notes it, so a later start can tell a recreated target.
+    target_end: AtomicI64,
 }
 
 impl Deliveries {
@@ -129,6 +137,7 @@ impl ProducerContext for Deliveries {
                     .unwrap_or_else(|p| p.into_inner())
                     .add(u, d);
                 self.acked_next.fetch_max(u + 1, Ordering::Relaxed);
+                self.target_end.fetch_max(d + 1, Ordering::Relaxed);
             }
             Ok(_) => {}
             Err((e, _)) => {
@@ -723,11 +732,13 @@ fn failure(e: rdkafka::error::KafkaError) -> Failure {
     }
 }
 
-/// Failures no retry heals: the cluster refused the login, the TLS handshake or the ACL.
+/// Failures no retry heals: the cluster refused the login, the TLS handshake or the ACL, or
+/// the stored positions no longer describe the target.
 fn refused(e: &ReplicateError) -> bool {
     matches!(
         e,
         ReplicateError::Authentication { .. }
+            | ReplicateError::Bookkeeping { .. }
             | ReplicateError::Kafka(
                 KafkaError::LoginRefused { .. }
                     | KafkaError::Tls { .. }
@@ -843,14 +854,68 @@ impl Worker<'_> {
             })?;
         }
         self.wait_for_target_partition(&p);
+        let (low, high) = p
+            .client()
+            .fetch_watermarks(self.target, self.tp.partition, Duration::from_secs(30))
+            .map_err(|e| {
+                ReplicateError::Kafka(KafkaError::Topic {
+                    topic: self.target.to_string(),
+                    detail: format!("watermarks of partition {}: {e}", self.tp.partition),
+                })
+            })?;
         let reader = s.positions_reader()?;
         let found = positions::read(&reader, &s.names.positions_topic())?;
+        let stored = found.get(&self.tp.topic, self.tp.partition);
+        // The start checked the partitions there were; this one may have come later, or the
+        // target changed since.
+        let finding = bookkeeping::judge(stored, low, high, s.shared_targets, || {
+            bookkeeping::holds_committed(
+                &reader,
+                self.target,
+                self.tp.partition,
+                high,
+                READ_TARGET,
+            )?
+            .ok_or_else(|| bookkeeping::undecided(self.target, self.tp.partition, READ_TARGET))
+        })?;
         drop(reader);
-        let stored = found.next(&self.tp.topic, self.tp.partition);
+        if let Some(finding) = finding {
+            let refused = Refused {
+                source: self.tp.topic.to_string(),
+                partition: self.tp.partition,
+                target: self.target.to_string(),
+                low,
+                high,
+                finding,
+            };
+            return Err(ReplicateError::Bookkeeping {
+                task: s.task.name.to_string(),
+                flow: s.flow(),
+                detail: bookkeeping::refusal(&s.names.positions_topic(), &[refused]),
+            });
+        }
+        let noted = stored.and_then(|p| p.target_end).unwrap_or(0);
+        p.context()
+            .target_end
+            .fetch_max(high.max(noted), Ordering::Relaxed);
         let next = match stored {
-            Some(n) => n,
+            Some(p) => p.next,
             None => s.start_offset(self.tp)?,
         };
+        if stored.is_none() && !s.task.exactly_once {
+            // Without transactions records land before their position: one stored now means
+            // a crash before the first position is written is not taken for lost bookkeeping.
+            let not_stored = |e: rdkafka::error::KafkaError| {
+                ReplicateError::Kafka(KafkaError::Unreachable {
+                    servers: servers(&s.target),
+                    detail: format!("storing the first position: {e}"),
+                })
+            };
+            let end = p.context().target_end.load(Ordering::Relaxed);
+            self.send_position(&p, next, end).map_err(not_stored)?;
+            p.flush(Duration::from_secs(30)).map_err(not_stored)?;
+            return Ok((p, next, true));
+        }
         Ok((p, next, stored.is_some()))
     }
 
@@ -1065,14 +1130,20 @@ impl Worker<'_> {
         Ok(out)
     }
 
-    /// Queues the partition's position record.
+    /// Queues the partition's position record. `target_end`: what the target partition's end
+    /// offset is at least once the record is readable (see [`Deliveries::target_end`]).
     fn send_position(
         &self,
         p: &ThreadedProducer<Deliveries>,
         next: i64,
+        target_end: i64,
     ) -> Result<(), rdkafka::error::KafkaError> {
         let key = position_key(&self.tp.topic, self.tp.partition);
-        let value = Position { next }.to_json();
+        let value = Position {
+            next,
+            target_end: Some(target_end),
+        }
+        .to_json();
         let positions_topic = self.setup.names.positions_topic();
         let rec = BaseRecord::with_opaque_to(&positions_topic, BOOKKEEPING)
             .partition(0)
@@ -1106,6 +1177,8 @@ impl Worker<'_> {
             f
         };
         p.begin_transaction().map_err(failure)?;
+        // Every earlier transaction's records have landed below this.
+        let end_before = p.context().target_end.load(Ordering::Relaxed);
         *p.context().failed.lock().unwrap_or_else(|e| e.into_inner()) = None;
         *p.context().landed.lock().unwrap_or_else(|e| e.into_inner()) = Landed::default();
         let sent = self
@@ -1116,7 +1189,11 @@ impl Worker<'_> {
             let _ = p.abort_transaction(TXN_TIMEOUT);
             return Ok(None);
         }
-        self.send_position(p, new_next)
+        // The position is read only once the transaction committed, when this transaction's
+        // records are in the target too: each at its own offset at or past `end_before`.
+        let target_end =
+            (end_before + sent.records as i64).max(p.context().target_end.load(Ordering::Relaxed));
+        self.send_position(p, new_next, target_end)
             .map_err(|e| abort(failure(e)))?;
         p.commit_transaction(TXN_TIMEOUT)
             .map_err(|e| abort(failure(e)))?;
@@ -1189,7 +1266,9 @@ impl Worker<'_> {
         if !moved || (!st.unacked.is_empty() && st.written_at.elapsed() < POSITION_EVERY) {
             return Ok(None);
         }
-        if let Err(e) = self.send_position(p, st.settled) {
+        // Without transactions the position follows acknowledged records only.
+        let end = p.context().target_end.load(Ordering::Relaxed);
+        if let Err(e) = self.send_position(p, st.settled, end) {
             return Err(fail(st, failure(e)));
         }
         st.written = Some(st.settled);

@@ -4,8 +4,10 @@
 //! A task has one flow per direction (`flow`: consumer pipelines and a transactional worker per
 //! source partition), a controller per flow (`control`: topics, parameters, `--once` coverage,
 //! lag), and optionally a checkpointer (`checkpoint`: consumer group offsets translated to the
-//! target). Positions live in the target (`positions`), written with the records they follow.
+//! target). Positions live in the target (`positions`), written with the records they follow;
+//! `bookkeeping` refuses a start they no longer describe.
 
+mod bookkeeping;
 mod check;
 mod checkpoint;
 mod control;
@@ -18,6 +20,7 @@ mod setup;
 mod topics;
 mod unacked;
 
+pub use bookkeeping::Reset;
 pub use check::{check, CheckReport};
 pub use naming::{is_cycle, never_replicated, target_topic, FlowNames, SOURCE_HEADER};
 
@@ -48,7 +51,7 @@ pub enum ReplicateError {
         servers: String,
         detail: String,
     },
-    #[error("target topic {topic:?} would need {replicas} replicas, but the target cluster has {brokers} broker(s); lower replication_factor to at most {brokers}")]
+    #[error("topic {topic:?} would need {replicas} replicas, but its cluster has {brokers} broker(s); lower replication_factor to at most {brokers}")]
     Replicas {
         topic: String,
         replicas: i32,
@@ -59,6 +62,12 @@ pub enum ReplicateError {
         task: String,
         flow: String,
         fields: String,
+    },
+    #[error("task {task} ({flow}): {detail}")]
+    Bookkeeping {
+        task: String,
+        flow: String,
+        detail: String,
     },
     #[error("task {task}: --once did not cover every partition within {deadline_secs} s: {partitions}; run again, or raise --once-deadline")]
     OnceIncomplete {
@@ -93,6 +102,8 @@ pub struct ReplicateOptions {
     pub once: bool,
     /// `--once`: how long to wait for every partition to be covered.
     pub once_deadline: Duration,
+    /// `--reset`: go on past the refusals of lost bookkeeping, this way (this start only).
+    pub reset: Option<Reset>,
 }
 
 impl Default for ReplicateOptions {
@@ -100,6 +111,7 @@ impl Default for ReplicateOptions {
         Self {
             once: false,
             once_deadline: Duration::from_secs(600),
+            reset: None,
         }
     }
 }

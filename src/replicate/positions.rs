@@ -1,12 +1,15 @@
 //! The positions topic of a flow, on its target cluster: for every source partition, the next
 //! source offset to replicate, written in the same transaction as the records it follows (so a
 //! read_committed reader of the target sees records and position together or not at all), and
-//! the task's parameters, written once at its first start.
+//! the task's parameters, written once at its first start. A position also notes how far the
+//! target partition reached, so a start can tell a recreated target (see `bookkeeping`).
 
-use crate::kafka::KafkaError;
+use crate::config::KafkaConfig;
 use crate::kafka::Reader;
+use crate::kafka::{client_config, servers, KafkaError};
 use rdkafka::consumer::Consumer;
 use rdkafka::message::Message;
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -24,6 +27,11 @@ pub fn position_key(topic: &str, partition: i32) -> String {
 pub struct Position {
     /// The next source offset to replicate.
     pub next: i64,
+    /// The target partition's end offset was at least this when the position was written. An
+    /// end offset never goes down while the topic lives, so a target ending below it was
+    /// recreated (or lost records). Absent in positions of earlier versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_end: Option<i64>,
 }
 
 impl Position {
@@ -36,6 +44,8 @@ impl Position {
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Positions {
     pub by_partition: BTreeMap<(String, i32), i64>,
+    /// [`Position::target_end`] of the partitions whose position has one.
+    pub target_ends: BTreeMap<(String, i32), i64>,
     pub params: Option<String>,
 }
 
@@ -56,13 +66,18 @@ impl Positions {
             return;
         };
         let pos = value.and_then(|v| serde_json::from_slice::<Position>(v).ok());
+        let tp = (topic.to_string(), partition);
         match pos {
             Some(p) => {
-                self.by_partition
-                    .insert((topic.to_string(), partition), p.next);
+                match p.target_end {
+                    Some(e) => self.target_ends.insert(tp.clone(), e),
+                    None => self.target_ends.remove(&tp),
+                };
+                self.by_partition.insert(tp, p.next);
             }
             None => {
-                self.by_partition.remove(&(topic.to_string(), partition));
+                self.by_partition.remove(&tp);
+                self.target_ends.remove(&tp);
             }
         }
     }
@@ -72,6 +87,46 @@ impl Positions {
             .get(&(topic.to_string(), partition))
             .copied()
     }
+
+    /// The stored position of a partition, with the target end it noted.
+    pub fn get(&self, topic: &str, partition: i32) -> Option<Position> {
+        let tp = (topic.to_string(), partition);
+        self.by_partition.get(&tp).map(|&next| Position {
+            next,
+            target_end: self.target_ends.get(&tp).copied(),
+        })
+    }
+}
+
+/// Writes records to the positions topic outside any transaction (the task's parameters at its
+/// first start, positions a `--reset` records before any worker runs) and waits until the
+/// target has them all.
+pub fn store(
+    k: &KafkaConfig,
+    topic: &str,
+    records: &[(String, Vec<u8>)],
+) -> Result<(), KafkaError> {
+    let unreachable = |detail: String| KafkaError::Unreachable {
+        servers: servers(k),
+        detail,
+    };
+    let p: ThreadedProducer<_> = client_config(k)
+        .set("acks", "all")
+        .set("enable.idempotence", "true")
+        .create()
+        .map_err(|source| KafkaError::Client {
+            servers: servers(k),
+            source,
+        })?;
+    for (key, value) in records {
+        let r = BaseRecord::<str, [u8]>::to(topic)
+            .partition(0)
+            .key(key.as_str())
+            .payload(&value[..]);
+        p.send(r).map_err(|(e, _)| unreachable(e.to_string()))?;
+    }
+    p.flush(Duration::from_secs(30))
+        .map_err(|e| unreachable(format!("writing to {topic}: {e}")))
 }
 
 /// Reads the positions topic (partition 0) from its start to the end it has now (everything
@@ -141,18 +196,66 @@ mod tests {
     #[test]
     fn the_last_record_per_key_wins() {
         let mut p = Positions::default();
-        p.apply(b"orders:3", Some(&Position { next: 10 }.to_json()));
-        p.apply(b"orders:3", Some(&Position { next: 25 }.to_json()));
+        p.apply(
+            b"orders:3",
+            Some(
+                &Position {
+                    next: 10,
+                    target_end: Some(40),
+                }
+                .to_json(),
+            ),
+        );
+        p.apply(
+            b"orders:3",
+            Some(
+                &Position {
+                    next: 25,
+                    target_end: None,
+                }
+                .to_json(),
+            ),
+        );
         p.apply(b"a.b-c:0", Some(br#"{"next":7}"#));
         p.apply(PARAMS_KEY.as_bytes(), Some(b"{\"x\":1}"));
         p.apply(b"garbage", Some(b"{}"));
         p.apply(b"t:x", Some(b"{}"));
         assert_eq!(p.next("orders", 3), Some(25));
+        // The newest record's target end, none here.
+        assert_eq!(p.get("orders", 3).and_then(|p| p.target_end), None);
         assert_eq!(p.next("a.b-c", 0), Some(7));
         assert_eq!(p.next("orders", 4), None);
         assert_eq!(p.params.as_deref(), Some("{\"x\":1}"));
         p.apply(b"orders:3", None);
         assert_eq!(p.next("orders", 3), None);
         assert_eq!(position_key("orders", 3), "orders:3");
+    }
+
+    #[test]
+    fn positions_note_the_target_end_and_read_those_of_earlier_versions() {
+        let with = Position {
+            next: 12,
+            target_end: Some(30),
+        };
+        assert_eq!(with.to_json(), br#"{"next":12,"target_end":30}"#);
+        let old = Position {
+            next: 12,
+            target_end: None,
+        };
+        assert_eq!(old.to_json(), br#"{"next":12}"#);
+        let mut p = Positions::default();
+        p.apply(b"t:0", Some(&with.to_json()));
+        assert_eq!(p.get("t", 0), Some(with));
+        p.apply(b"t:0", Some(br#"{"next":13}"#));
+        assert_eq!(
+            p.get("t", 0),
+            Some(Position {
+                next: 13,
+                target_end: None
+            })
+        );
+        p.apply(b"t:0", None);
+        assert_eq!(p.get("t", 0), None);
+        assert!(p.target_ends.is_empty());
     }
 }

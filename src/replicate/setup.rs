@@ -1,11 +1,13 @@
 //! What one flow (one direction of a task) shares between its controller, pipelines, workers
 //! and checkpointer: the two clusters, the names, the topics to copy, the `--once` targets, the
 //! offset syncs producer, the counters and the first fatal error. [`FlowSetup::prepare`] checks
-//! both clusters, the stored parameters and the bookkeeping topics before anything is copied.
+//! both clusters, the stored parameters, the bookkeeping topics and that the stored positions
+//! still describe the target before anything is copied.
 
+use super::bookkeeping::{self, Refused, Reset};
 use super::mm2::OffsetSync;
 use super::naming::{is_cycle, never_replicated, target_topic, FlowNames};
-use super::positions::{self, PARAMS_KEY};
+use super::positions::{self, position_key, Positions, PARAMS_KEY};
 use super::{off_thread, topics, ReplicateError, ReplicateOptions, Summary};
 use crate::config::{KafkaConfig, ReplicateTask, StartOffset, TargetNaming, TopicSelector};
 use crate::dump::{Fatal, Tp};
@@ -31,6 +33,9 @@ pub(super) struct FlowSetup {
     pub task: Arc<ReplicateTask>,
     pub names: FlowNames,
     pub both_ways: bool,
+    /// The target topics also hold records the flow did not copy (both ways, names kept or
+    /// mapped): records without a position there are no sign of lost bookkeeping.
+    pub shared_targets: bool,
     pub source: KafkaConfig,
     pub target: KafkaConfig,
     pub fatal: Fatal<ReplicateError>,
@@ -94,7 +99,8 @@ impl FlowSetup {
             .await?
         };
         let positions_topic = names.positions_topic();
-        topics::ensure_internal(&target_admin, &positions_topic).await?;
+        let rf = task.replication_factor;
+        topics::ensure_internal(&target_admin, &positions_topic, rf, &servers(&target)).await?;
         let (syncs_topic, syncs_on_source) = names.offset_syncs_topic(both_ways);
         let syncs_cluster = if syncs_on_source { &source } else { &target };
         let syncs_admin = if syncs_on_source {
@@ -102,21 +108,42 @@ impl FlowSetup {
         } else {
             &target_admin
         };
-        topics::ensure_internal(syncs_admin, &syncs_topic).await?;
+        topics::ensure_internal(syncs_admin, &syncs_topic, rf, &servers(syncs_cluster)).await?;
         if task.group_sync.is_some() {
-            topics::ensure_internal(&target_admin, &names.checkpoints_topic()).await?;
+            topics::ensure_internal(
+                &target_admin,
+                &names.checkpoints_topic(),
+                rf,
+                &servers(&target),
+            )
+            .await?;
         }
+        let shared_targets = both_ways && task.naming != TargetNaming::Rename;
         let routes = {
-            let (t, n, tg, pt, a) = (
+            let (t, n, tg, pt, a, ta) = (
                 task.clone(),
                 names.clone(),
                 target.clone(),
                 positions_topic.clone(),
                 source_admin.clone(),
+                target_admin.clone(),
             );
+            let reset = opts.reset;
             off_thread(move || {
-                check_params(&t, &n, &tg, &pt)?;
-                discover(&t, &n, &a)
+                let stored = check_params(&t, &n, &tg, &pt)?;
+                let routes = discover(&t, &n, &a)?;
+                // Before target topics are created: a deleted one reads as empty.
+                check_bookkeeping(
+                    &t,
+                    &n,
+                    &tg,
+                    (&a, &ta),
+                    &routes,
+                    &stored,
+                    shared_targets,
+                    reset,
+                )?;
+                Ok::<_, ReplicateError>(routes)
             })
             .await?
         };
@@ -168,6 +195,7 @@ impl FlowSetup {
             task,
             names,
             both_ways,
+            shared_targets,
             source,
             target,
             fatal: Fatal::default(),
@@ -385,26 +413,34 @@ pub(super) fn params_diff(stored: &str, now: &str) -> Vec<String> {
         .collect()
 }
 
+/// A read_committed reader of the flow's target (positions, and whether a partition holds
+/// records).
+fn target_reader(target: &KafkaConfig, names: &FlowNames) -> Result<Reader, KafkaError> {
+    let mut rc = client_config(target);
+    rc.set("isolation.level", "read_committed")
+        .set("enable.auto.commit", "false")
+        .set("enable.partition.eof", "true")
+        .set("group.id", format!("{}.reader", names.group()));
+    crate::kafka::reader(&rc).map_err(|source| KafkaError::Client {
+        servers: servers(target),
+        source,
+    })
+}
+
 /// Refuses a start whose parameters differ from the stored ones; stores them at first start.
+/// Returns what the positions topic holds.
 fn check_params(
     task: &ReplicateTask,
     names: &FlowNames,
     target: &KafkaConfig,
     topic: &str,
-) -> Result<(), ReplicateError> {
-    let mut rc = client_config(target);
-    rc.set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .set("group.id", format!("{}.reader", names.group()));
-    let reader = crate::kafka::reader(&rc).map_err(|source| KafkaError::Client {
-        servers: servers(target),
-        source,
-    })?;
+) -> Result<Positions, ReplicateError> {
+    let reader = target_reader(target, names)?;
     let stored = positions::read(&reader, topic)?;
     let now = params_json(task, names);
-    match stored.params {
+    match &stored.params {
         Some(s) => {
-            let diff = params_diff(&s, &now);
+            let diff = params_diff(s, &now);
             if !diff.is_empty() {
                 return Err(ReplicateError::ParamsChanged {
                     task: task.name.to_string(),
@@ -412,32 +448,103 @@ fn check_params(
                     fields: diff.join(", "),
                 });
             }
-            Ok(())
         }
-        None => {
-            let p: ThreadedProducer<_> = client_config(target)
-                .set("acks", "all")
-                .create()
-                .map_err(|source| KafkaError::Client {
-                    servers: servers(target),
-                    source,
+        None => positions::store(target, topic, &[(PARAMS_KEY.to_string(), now.into_bytes())])
+            .map_err(|e| match e {
+                KafkaError::Unreachable { servers, detail } => KafkaError::Unreachable {
+                    servers,
+                    detail: format!("storing the task parameters: {detail}"),
+                },
+                e => e,
+            })?,
+    }
+    Ok(stored)
+}
+
+/// How long the start reads a target partition to tell whether it holds records.
+const SETUP_READ: Duration = Duration::from_secs(5);
+
+/// Judges every partition of the routes against the stored positions (see `bookkeeping`):
+/// refuses the start, or with `--reset` records fresh positions for the refused partitions.
+/// `admins`: the source's and the target's.
+#[allow(clippy::too_many_arguments)]
+fn check_bookkeeping(
+    task: &ReplicateTask,
+    names: &FlowNames,
+    target: &KafkaConfig,
+    admins: (&Admin, &Admin),
+    routes: &[Route],
+    stored: &Positions,
+    shared_targets: bool,
+    reset: Option<Reset>,
+) -> Result<(), ReplicateError> {
+    let (source_admin, target_admin) = admins;
+    let reader = target_reader(target, names)?;
+    let mut refused = Vec::new();
+    for r in routes {
+        let count = target_admin.partition_count(&r.target)?.unwrap_or(0);
+        for p in 0..r.partitions {
+            let (low, high) = if p < count {
+                target_admin.watermarks(&r.target, p)?
+            } else {
+                (0, 0)
+            };
+            // Undecided (an open transaction of a killed worker): the partition's worker judges
+            // again once it has fenced that transaction.
+            let finding =
+                bookkeeping::judge(stored.get(&r.source, p), low, high, shared_targets, || {
+                    bookkeeping::holds_committed(&reader, &r.target, p, high, SETUP_READ)
+                        .map(|held| held.unwrap_or(false))
                 })?;
-            let r = BaseRecord::<str, str>::to(topic)
-                .partition(0)
-                .key(PARAMS_KEY)
-                .payload(&now);
-            p.send(r).map_err(|(e, _)| KafkaError::Unreachable {
-                servers: servers(target),
-                detail: e.to_string(),
-            })?;
-            p.flush(Duration::from_secs(30))
-                .map_err(|e| KafkaError::Unreachable {
-                    servers: servers(target),
-                    detail: format!("storing the task parameters: {e}"),
-                })?;
-            Ok(())
+            if let Some(finding) = finding {
+                refused.push(Refused {
+                    source: r.source.clone(),
+                    partition: p,
+                    target: r.target.clone(),
+                    low,
+                    high,
+                    finding,
+                });
+            }
         }
     }
+    let flow = format!("{}->{}", names.source, names.target);
+    let refuse = |detail: String| ReplicateError::Bookkeeping {
+        task: task.name.to_string(),
+        flow: flow.clone(),
+        detail,
+    };
+    if refused.is_empty() {
+        if let Some(mode) = reset {
+            tracing::info!(task = %task.name, flow = %flow, reset = mode.as_str(), "--reset: the stored positions describe the target; nothing to reset");
+        }
+        return Ok(());
+    }
+    let Some(mode) = reset else {
+        return Err(refuse(bookkeeping::refusal(
+            &names.positions_topic(),
+            &refused,
+        )));
+    };
+    // Every refused partition must take the reset before any position is written.
+    let mut fresh = Vec::new();
+    for r in &refused {
+        let source = source_admin.watermarks(&r.source, r.partition)?;
+        let empty = r.high <= r.low
+            || !bookkeeping::holds_committed(&reader, &r.target, r.partition, r.high, SETUP_READ)?
+                .ok_or_else(|| bookkeeping::undecided(&r.target, r.partition, SETUP_READ))?;
+        fresh.push(bookkeeping::reset_position(r, mode, source, empty).map_err(refuse)?);
+    }
+    let records: Vec<(String, Vec<u8>)> = refused
+        .iter()
+        .zip(&fresh)
+        .map(|(r, p)| (position_key(&r.source, r.partition), p.to_json()))
+        .collect();
+    positions::store(target, &names.positions_topic(), &records)?;
+    for (r, p) in refused.iter().zip(&fresh) {
+        tracing::warn!(task = %task.name, flow = %flow, reset = mode.as_str(), topic = %r.source, partition = r.partition, target = %r.target, next = p.next, finding = ?r.finding, "--reset: recorded a fresh position for this partition");
+    }
+    Ok(())
 }
 
 /// Delivery reports of the offset syncs producer: failures are counted and logged, never

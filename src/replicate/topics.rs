@@ -1,6 +1,7 @@
 //! Target topics: created when missing with the source's partition count, the configured
 //! replica count and the source's retention-related settings; grown when the source grows;
-//! checked to accept the batches a replica needs. Plus the flow's bookkeeping topics.
+//! checked to accept the batches a replica needs. Plus the flow's bookkeeping topics: created
+//! compacted with the task's replica count, and refused when an existing one is not compacted.
 
 use super::{off_thread, ReplicateError};
 use crate::kafka::Admin;
@@ -65,17 +66,7 @@ pub async fn ensure_target(
         }
         Some(_) => {}
         None => {
-            if let Some(rf) = replication {
-                let t = target.clone();
-                let brokers = off_thread(move || t.broker_count()).await?;
-                if rf as usize > brokers {
-                    return Err(ReplicateError::Replicas {
-                        topic: target_topic.to_string(),
-                        replicas: rf,
-                        brokers,
-                    });
-                }
-            }
+            check_replicas(target, target_topic, replication).await?;
             let configs = copied_configs(&source.topic_configs(source_topic).await?);
             let refs: Vec<(&str, &str)> = configs
                 .iter()
@@ -97,20 +88,68 @@ pub async fn ensure_target(
     Ok(())
 }
 
-/// A single-partition compacted bookkeeping topic (MirrorMaker 2's layout for its own).
-pub async fn ensure_internal(admin: &Arc<Admin>, topic: &str) -> Result<(), ReplicateError> {
+/// Refuses to create `topic` with more replicas than its cluster has brokers.
+async fn check_replicas(
+    admin: &Arc<Admin>,
+    topic: &str,
+    replication: Option<i32>,
+) -> Result<(), ReplicateError> {
+    if let Some(rf) = replication {
+        let a = admin.clone();
+        let brokers = off_thread(move || a.broker_count()).await?;
+        if rf as usize > brokers {
+            return Err(ReplicateError::Replicas {
+                topic: topic.to_string(),
+                replicas: rf,
+                brokers,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Why an existing bookkeeping topic cannot keep its records (pure): its `cleanup.policy` must
+/// be `compact` alone (MirrorMaker 2 creates its offset syncs and checkpoints so), or records
+/// expire, and a position that expired reads as lost bookkeeping. `Some(message)` names the fix.
+pub fn policy_problem(topic: &str, cleanup_policy: Option<&str>, servers: &str) -> Option<String> {
+    let policy = cleanup_policy?;
+    let compact_only = policy
+        .split(',')
+        .map(str::trim)
+        .all(|p| p.eq_ignore_ascii_case("compact"));
+    (!compact_only).then(|| {
+        format!(
+            "bookkeeping topic {topic:?} has cleanup.policy={policy}; strata keeps its positions, offset syncs or checkpoints there and needs cleanup.policy=compact, or its records expire: fix it with kafka-configs.sh --bootstrap-server {servers} --alter --entity-type topics --entity-name {topic} --add-config cleanup.policy=compact"
+        )
+    })
+}
+
+/// A single-partition compacted bookkeeping topic (MirrorMaker 2's layout for its own), with
+/// the task's replica count (`None`: the broker's default.replication.factor). An existing one
+/// must be compacted.
+pub async fn ensure_internal(
+    admin: &Arc<Admin>,
+    topic: &str,
+    replication: Option<i32>,
+    servers: &str,
+) -> Result<(), ReplicateError> {
     let (a, name) = (admin.clone(), topic.to_string());
     if off_thread(move || a.partition_count(&name))
         .await?
         .is_some()
     {
-        return Ok(());
+        let policy = admin.topic_config(topic, "cleanup.policy").await?;
+        return match policy_problem(topic, policy.as_deref(), servers) {
+            Some(why) => Err(ReplicateError::Setup(why)),
+            None => Ok(()),
+        };
     }
+    check_replicas(admin, topic, replication).await?;
     admin
         .create_topic(
             topic,
             1,
-            -1,
+            replication.unwrap_or(-1),
             &[
                 ("cleanup.policy", "compact"),
                 // Compact often: the positions topic gets a record per transaction.
@@ -156,5 +195,22 @@ mod tests {
             "{e}"
         );
         assert!(batch_problem("t", None).is_none());
+    }
+
+    #[test]
+    fn bookkeeping_topics_must_be_compacted_alone() {
+        assert!(policy_problem("p", Some("compact"), "k:9092").is_none());
+        assert!(policy_problem("p", None, "k:9092").is_none());
+        for bad in ["delete", "compact,delete", "delete, compact"] {
+            let e = policy_problem("strata.t.a-b.positions.internal", Some(bad), "k:9092")
+                .unwrap_or_else(|| panic!("{bad} accepted"));
+            assert!(
+                e.contains("strata.t.a-b.positions.internal")
+                    && e.contains(&format!("cleanup.policy={bad}"))
+                    && e.contains("--bootstrap-server k:9092")
+                    && e.contains("--add-config cleanup.policy=compact"),
+                "{e}"
+            );
+        }
     }
 }

@@ -2,32 +2,92 @@
 
 use super::*;
 
-/// librdkafka properties strata sets itself; overriding them would break its guarantees.
-pub(in crate::config) const OWNED_PROPERTIES: &[(&str, &str)] = &[
-    ("bootstrap.servers", "kafka.bootstrap_servers"),
-    ("security.protocol", "kafka.security_protocol"),
-    ("sasl.mechanism", "kafka.sasl_mechanism"),
-    ("sasl.mechanisms", "kafka.sasl_mechanism"),
-    ("sasl.username", "kafka.username"),
-    ("sasl.password", "kafka.password"),
-    ("group.id", "the task name (one consumer group per task)"),
+/// Why strata owns a librdkafka property.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::config) enum Owned {
+    /// Set through one of strata's own keys (named here): refused in every Kafka table.
+    Key(&'static str),
+    /// Set by strata for dump's and replicate's guarantees (the reason): refused wherever a
+    /// dump or replicate task uses the table. Restore guards its own producer settings (it
+    /// ignores them with a warning), so a table only restore uses keeps them.
+    Guarantee(&'static str),
+}
+
+/// Who creates clients from a Kafka table's properties.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::config) enum Clients {
+    /// Dump or replicate tasks (maybe restore too): `[kafka]` of a file with `[[tasks]]`, a
+    /// replicate task's `[tasks.peer]`.
+    Tasks,
+    /// Restore only: `[restore.kafka]`, or `[kafka]` of a file without `[[tasks]]`.
+    RestoreOnly,
+}
+
+const ISOLATION: &str = "dump and replicate read only records of committed transactions \
+(read_committed); read_uncommitted would archive or copy records of aborted transactions";
+const TXN_ID: &str = "replicate gives each source partition's producer a transactional id of its \
+own; one fixed id would make a task's partition producers fence each other";
+const TXN_TIMEOUT: &str = "replicate sets it (60 s) so that the open transaction of a crashed \
+worker is aborted soon; a longer one holds back read_committed readers of the target longer";
+const ACKS: &str = "replicate produces with acks=all; fewer acknowledgements lose records the \
+target acknowledged when a broker fails";
+const IDEMPOTENCE: &str = "replicate needs idempotent producers: without them a retried batch can \
+land twice or out of order, and transactions require them";
+
+/// librdkafka properties strata sets itself; overriding them would break its guarantees. One
+/// table for every Kafka table of the config, read through [`refused_property`].
+pub(in crate::config) const OWNED_PROPERTIES: &[(&str, Owned)] = &[
+    ("bootstrap.servers", Owned::Key("kafka.bootstrap_servers")),
+    ("security.protocol", Owned::Key("kafka.security_protocol")),
+    ("sasl.mechanism", Owned::Key("kafka.sasl_mechanism")),
+    ("sasl.mechanisms", Owned::Key("kafka.sasl_mechanism")),
+    ("sasl.username", Owned::Key("kafka.username")),
+    ("sasl.password", Owned::Key("kafka.password")),
+    (
+        "group.id",
+        Owned::Key("the task name (one consumer group per task)"),
+    ),
     (
         "enable.auto.commit",
-        "nothing: strata commits only after an upload is durable",
+        Owned::Key("nothing: strata commits only after an upload is durable"),
     ),
     (
         "enable.auto.offset.store",
-        "nothing: strata commits only after an upload is durable",
+        Owned::Key("nothing: strata commits only after an upload is durable"),
     ),
-    ("auto.offset.reset", "tasks[].start_offset"),
-    ("enable.partition.eof", "nothing: `strata dump --once` sets it"),
+    ("auto.offset.reset", Owned::Key("tasks[].start_offset")),
+    (
+        "enable.partition.eof",
+        Owned::Key("nothing: `strata dump --once` sets it"),
+    ),
     (
         "partition.assignment.strategy",
-        "nothing: strata uses cooperative-sticky so a rebalance only drops the buffers of moved partitions",
+        Owned::Key("nothing: strata uses cooperative-sticky so a rebalance only drops the buffers of moved partitions"),
     ),
+    ("isolation.level", Owned::Guarantee(ISOLATION)),
+    ("transactional.id", Owned::Guarantee(TXN_ID)),
+    ("transaction.timeout.ms", Owned::Guarantee(TXN_TIMEOUT)),
+    ("acks", Owned::Guarantee(ACKS)),
+    // librdkafka's other name for acks.
+    ("request.required.acks", Owned::Guarantee(ACKS)),
+    ("enable.idempotence", Owned::Guarantee(IDEMPOTENCE)),
 ];
 
-pub(super) fn kafka(cx: &mut Ctx<'_>, table: &str, raw: RawKafka) -> KafkaConfig {
+/// The guard every librdkafka property of the config goes through (by its librdkafka name):
+/// why strata refuses `name` in a table whose properties reach `clients`, or `None`.
+pub(in crate::config) fn refused_property(name: &str, clients: Clients) -> Option<String> {
+    let (_, owned) = OWNED_PROPERTIES.iter().find(|(p, _)| *p == name)?;
+    match (owned, clients) {
+        (Owned::Key(instead), _) => Some(format!("is managed by strata; set {instead} instead")),
+        (Owned::Guarantee(why), Clients::Tasks) => Some(format!(
+            "is managed by strata for dump and replicate tasks: {why}; remove it"
+        )),
+        (Owned::Guarantee(_), Clients::RestoreOnly) => None,
+    }
+}
+
+/// A Kafka table (`[kafka]`, `[restore.kafka]`, `[tasks.peer]`) whose properties reach `clients`.
+pub(super) fn kafka(cx: &mut Ctx<'_>, table: &str, raw: RawKafka, clients: Clients) -> KafkaConfig {
     cx.unknown(table, &raw.unknown, KAFKA_KEYS);
     let key = |k: &str| format!("{table}.{k}");
     let servers: Vec<String> = match &raw.bootstrap_servers {
@@ -151,8 +211,8 @@ pub(super) fn kafka(cx: &mut Ctx<'_>, table: &str, raw: RawKafka) -> KafkaConfig
     let mut properties = BTreeMap::new();
     for (k, v) in &raw.properties {
         let pkey = format!("{table}.properties.\"{k}\"");
-        if let Some((_, instead)) = OWNED_PROPERTIES.iter().find(|(p, _)| p == k) {
-            cx.push(pkey, format!("is managed by strata; set {instead} instead"));
+        if let Some(why) = refused_property(k, clients) {
+            cx.push(pkey, why);
             continue;
         }
         let value = match v {

@@ -248,7 +248,14 @@ pub(super) fn validate(
         env,
     };
     cx.unknown("", &raw.unknown, TOP_KEYS);
-    let kafka = kafka::kafka(&mut cx, "kafka", raw.kafka.unwrap_or_default());
+    // `[kafka]` serves every mode; the properties only restore tolerates stay allowed in a file
+    // that has no dump or replicate task.
+    let clients = if raw.tasks.is_empty() {
+        kafka::Clients::RestoreOnly
+    } else {
+        kafka::Clients::Tasks
+    };
+    let kafka = kafka::kafka(&mut cx, "kafka", raw.kafka.unwrap_or_default(), clients);
     let store = store::store(&mut cx, raw.store.unwrap_or_default());
     let limits = limits(&mut cx, raw.limits.unwrap_or_default());
     let telemetry = telemetry(&mut cx, raw.telemetry.unwrap_or_default());

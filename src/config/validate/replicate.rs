@@ -139,7 +139,15 @@ pub(super) fn task(cx: &mut Ctx<'_>, k: &str, raw: &RawTask) -> Option<Replicate
                     "is missing; list the peer cluster's brokers (\"host:port\", ...)",
                 );
             }
-            (a, Some(kafka::kafka(cx, &key("peer"), raw_kafka)))
+            (
+                a,
+                Some(kafka::kafka(
+                    cx,
+                    &key("peer"),
+                    raw_kafka,
+                    kafka::Clients::Tasks,
+                )),
+            )
         }
     };
     if let (Some(l), Some(p)) = (&local_alias, &peer_alias) {

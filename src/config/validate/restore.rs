@@ -119,7 +119,7 @@ pub(super) fn restore(
         &raw.key_separator,
     );
     let kafka = match raw.kafka {
-        Some(k) => super::kafka::kafka(cx, "restore.kafka", k),
+        Some(k) => super::kafka::kafka(cx, "restore.kafka", k, super::kafka::Clients::RestoreOnly),
         None => source_kafka.clone(),
     };
     if cx.issues.len() > before {
