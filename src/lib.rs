@@ -1,10 +1,13 @@
 //! strata moves Apache Kafka data into object storage and back.
 //!
-//! Three modes share these rooms: `dump` (topics into time-partitioned archives), `restore`
-//! (archives back into topics) and `tier` (the storage companion of brokers' tiered storage).
+//! Four modes share these rooms: `dump` (topics into time-partitioned archives), `restore`
+//! (archives back into topics), `replicate` (topics from one cluster into another) and `tier`
+//! (the storage companion of brokers' tiered storage). `kafka::source` is the one consumer
+//! loop under dump and replicate.
 
 pub mod config;
 pub mod dump;
+pub mod fatal;
 pub mod format;
 pub mod kafka;
 pub mod layout;

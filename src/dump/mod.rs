@@ -8,16 +8,15 @@
 //! `--once` run covered every partition. The buffer budget is shared out between tasks, and
 //! within a task between the stages.
 
-pub(crate) mod batch;
 mod budget;
 pub mod cdc;
-pub(crate) mod consumer;
 pub(crate) mod index;
 mod once;
 pub mod params;
-mod poll;
 pub mod roll;
+mod sink;
 pub(crate) mod start;
+mod task;
 mod upload;
 mod writer;
 
@@ -27,7 +26,7 @@ use crate::config::Config;
 use crate::kafka::KafkaError;
 use crate::store::{ObjectStore, StoreError};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 /// What a finished task did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -185,68 +184,8 @@ impl Default for DumpOptions {
     }
 }
 
-/// A topic-partition, cheap to clone.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub(crate) struct Tp {
-    pub topic: Arc<str>,
-    pub partition: i32,
-}
-
-impl Tp {
-    pub fn new(topic: &str, partition: i32) -> Self {
-        Self {
-            topic: Arc::from(topic),
-            partition,
-        }
-    }
-
-    /// A polled message's partition, reusing `last` while messages come from one partition
-    /// (a run of them usually does): no allocation per message on the poll loop.
-    pub(crate) fn of_message<M: rdkafka::message::Message>(last: &mut Option<Tp>, m: &M) -> Tp {
-        match last {
-            Some(t) if t.partition == m.partition() && &*t.topic == m.topic() => t.clone(),
-            _ => {
-                let t = Tp::new(m.topic(), m.partition());
-                *last = Some(t.clone());
-                t
-            }
-        }
-    }
-}
-
-/// The first error of any stage of a task; every stage stops once it is set.
-pub(crate) struct Fatal<E = DumpError> {
-    set: AtomicBool,
-    error: Mutex<Option<E>>,
-}
-
-impl<E> Default for Fatal<E> {
-    fn default() -> Self {
-        Self {
-            set: AtomicBool::new(false),
-            error: Mutex::new(None),
-        }
-    }
-}
-
-impl<E: std::fmt::Display> Fatal<E> {
-    pub fn set(&self, e: E) {
-        let mut slot = self.error.lock().unwrap_or_else(|p| p.into_inner());
-        if slot.is_none() {
-            tracing::error!(error = %e, "task failed");
-            *slot = Some(e);
-        }
-        self.set.store(true, Ordering::Release);
-    }
-
-    pub fn is_set(&self) -> bool {
-        self.set.load(Ordering::Acquire)
-    }
-
-    pub fn take(&self) -> Option<E> {
-        self.error.lock().unwrap_or_else(|p| p.into_inner()).take()
-    }
-}
+pub(crate) type Fatal = crate::fatal::Fatal<DumpError>;
+pub(crate) use crate::kafka::Tp;
 
 /// A task's metrics.
 pub(crate) struct Metrics {
@@ -351,7 +290,7 @@ pub async fn run_wrapped(
         let spawned = std::thread::Builder::new()
             .name(format!("dump-{name}"))
             .spawn(move || {
-                let result = poll::run_task(poll::TaskSetup {
+                let result = task::run_task(task::TaskSetup {
                     kafka: &kafka,
                     task,
                     store,

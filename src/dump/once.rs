@@ -80,7 +80,7 @@ impl Targets {
     /// Notes the target of every partition of `topics`: its high watermark now, and where the
     /// group stands.
     pub fn note(
-        consumer: &BaseConsumer<super::consumer::DumpContext>,
+        consumer: &BaseConsumer<crate::kafka::source::SourceContext>,
         group: &Reader,
         topics: &[String],
         deadline: Duration,

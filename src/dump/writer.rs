@@ -7,7 +7,6 @@
 //! rewind) are dropped. Output: an [`Opened`] per object to the partition's sequencer, then
 //! its parts and its end on the object's own channel.
 
-use super::batch::Batch;
 use super::budget::{ByteBudget, Permit};
 use super::cdc::{Bundle, Counts, Pushed, WindowState};
 use super::roll::{self, RollReason};
@@ -15,6 +14,7 @@ use super::upload::PartitionFlags;
 use super::{Fatal, Tp};
 use crate::config::{DumpTask, TimeSource};
 use crate::format::{Encoder, Output};
+use crate::kafka::source::Batch;
 use crate::layout::{object_key, ObjectName};
 use bytes::Bytes;
 use chrono::NaiveDateTime;

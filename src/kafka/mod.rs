@@ -1,10 +1,10 @@
-//! Kafka clients built from [`KafkaConfig`]: client settings (security included), an admin
-//! helper for topics and watermarks, short-lived readers, and reading a group's committed
-//! offsets. The dump consumer's rebalance handling lives in `dump`, next to the buffers it
-//! must protect.
+//! Kafka clients built from [`KafkaConfig`]: client settings (security included), the
+//! [`source`] every consuming mode reads through, an admin helper for topics and watermarks,
+//! short-lived readers, and reading a group's committed offsets.
 
 pub mod admin;
 pub mod refusal;
+pub mod source;
 
 use crate::config::KafkaConfig;
 use rdkafka::consumer::{Consumer, ConsumerContext};
@@ -14,6 +14,7 @@ use std::time::Duration;
 
 pub use admin::Admin;
 pub use refusal::{Refusal, Watch};
+pub use source::{Batch, Tp};
 
 /// Timeout for metadata and admin calls; long enough for a slow broker, short enough to fail.
 pub const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);

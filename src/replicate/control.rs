@@ -3,7 +3,9 @@
 //! done (the target's positions cover every noted watermark), and stops everything in order.
 
 use super::setup::{discover, FlowSetup};
-use super::{checkpoint, flow, off_thread, positions, topics, ReplicateError, ReplicateOptions};
+use super::{
+    checkpoint, off_thread, pipeline, positions, topics, ReplicateError, ReplicateOptions,
+};
 use crate::kafka::Admin;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,7 +44,7 @@ pub(super) async fn run(
         let t = std::thread::Builder::new()
             .name(format!("repl-pipe-{i}"))
             .spawn(move || {
-                if let Err(e) = flow::pipeline(s.clone(), i, st) {
+                if let Err(e) = pipeline::pipeline(s.clone(), i, st) {
                     s.fatal.set(e);
                 }
             })

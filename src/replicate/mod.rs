@@ -1,8 +1,8 @@
 //! Replicate mode: Kafka to Kafka, pull, push or both ways, exactly once for read_committed
 //! readers, with MirrorMaker 2's offset syncs and checkpoints.
 //!
-//! A task has one flow per direction (`flow`: consumer pipelines and a transactional worker per
-//! source partition), a controller per flow (`control`: topics, parameters, `--once` coverage,
+//! A task has one flow per direction (`pipeline`: members of the flow's source group over the
+//! shared Kafka source; `worker`: a transactional worker per source partition), a controller per flow (`control`: topics, parameters, `--once` coverage,
 //! lag), and optionally a checkpointer (`checkpoint`: consumer group offsets translated to the
 //! target). Positions live in the target (`positions`), written with the records they follow;
 //! `bookkeeping` refuses a start they no longer describe.
@@ -11,14 +11,15 @@ mod bookkeeping;
 mod check;
 mod checkpoint;
 mod control;
-mod flow;
 mod landed;
 pub mod mm2;
 mod naming;
+mod pipeline;
 mod positions;
 mod setup;
 mod topics;
 mod unacked;
+mod worker;
 
 pub use bookkeeping::Reset;
 pub use check::{check, CheckReport};

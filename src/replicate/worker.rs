@@ -1,6 +1,7 @@
-//! One direction of a replication task at work. A flow runs `tasks` pipelines; each is a
-//! member of the flow's source consumer group, which shares out the source partitions, and
-//! runs one worker thread per partition it holds.
+//! A source partition's worker, on its own thread: it fences the partition's earlier holder
+//! (with transactions), reads where to start back from the target, and copies what its
+//! pipeline hands it, transaction by transaction (or streaming, without transactions), each
+//! with the partition's next source offset.
 //!
 //! Exactly once: a partition's worker owns a transactional producer whose id belongs to that
 //! partition, so whoever holds the partition next fences it by initialising the same id (the
@@ -13,27 +14,22 @@ use super::bookkeeping::{self, Refused};
 use super::landed::Landed;
 use super::naming::{crosses, SOURCE_HEADER};
 use super::positions::{self, position_key, Position};
-use super::setup::{FlowSetup, Route};
+use super::setup::FlowSetup;
 use super::unacked::{Run, Unacked};
 use super::ReplicateError;
-use crate::dump::batch::Batch;
-use crate::dump::consumer::{AssignmentChange, DumpContext};
-use crate::dump::Tp;
+use crate::kafka::source::{Batch, Tp};
 use crate::kafka::{client_config, servers, KafkaError};
 use rdkafka::client::ClientContext;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::types::RDKafkaErrorCode;
-use rdkafka::{Offset, TopicPartitionList};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
-use std::sync::mpsc::{Receiver, Sender, SyncSender, TrySendError};
+use std::sync::mpsc::{Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Bytes of records a transaction gathers at most.
-const TXN_BYTES: usize = 4 << 20;
+pub(super) const TXN_BYTES: usize = 4 << 20;
 /// Bytes of batches queued for a worker: a transaction's worth, so that while one commits the
 /// next one gathers whole (a queue of a few small batches made transactions of 1 MiB and kept
 /// the pipeline waiting). A full queue makes the pipeline wait, then pauses the partition.
@@ -45,7 +41,7 @@ const PIPELINE_QUEUE_BYTES: usize = 32 << 20;
 const QUEUE: usize = 256;
 
 /// Bytes of the batches queued for a worker, counted for its partition and its pipeline.
-struct Queued {
+pub(super) struct Queued {
     own: AtomicUsize,
     all: Arc<AtomicUsize>,
 }
@@ -53,39 +49,31 @@ struct Queued {
 impl Queued {
     /// Whether a batch of `bytes` may be queued now; an empty queue takes any batch (one
     /// record may be larger than the bounds).
-    fn room(&self, bytes: usize) -> bool {
+    pub fn room(&self, bytes: usize) -> bool {
         let own = self.own.load(Ordering::Relaxed);
         own == 0
             || (own + bytes <= QUEUE_BYTES
                 && self.all.load(Ordering::Relaxed) + bytes <= PIPELINE_QUEUE_BYTES)
     }
 
-    fn add(&self, bytes: usize) {
+    pub fn add(&self, bytes: usize) {
         self.own.fetch_add(bytes, Ordering::Relaxed);
         self.all.fetch_add(bytes, Ordering::Relaxed);
     }
 
-    fn sub(&self, bytes: usize) {
+    pub fn sub(&self, bytes: usize) {
         self.own.fetch_sub(bytes, Ordering::Relaxed);
         self.all.fetch_sub(bytes, Ordering::Relaxed);
     }
 }
+
+/// How often a worker that waits for a retry looks at whether it should stop.
 const TICK: Duration = Duration::from_millis(200);
-/// Records wait at most this long in a partly filled batch before they go to their worker: a
-/// steady stream fills a batch slowly, and the latency to the target is what users see.
-const BATCH_LINGER: Duration = Duration::from_millis(5);
 /// The target's transaction timeout: a transaction left open by a crashed worker is aborted
 /// after this (or at once, when the partition's next owner fences it).
 const TXN_TIMEOUT: Duration = Duration::from_secs(60);
 /// After a failed transaction, wait this long before reading the records again.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
-/// A worker whose queue stays full this long has its partition paused; until then the
-/// pipeline waits for it (pausing drops what librdkafka prefetched, see dump's poll loop).
-const PAUSE_BEHIND: Duration = Duration::from_secs(2);
-/// After its producer was fenced, a partition the group still assigns to this member gets a
-/// new worker this much later: by then a zombie has heard of its revocation, while a producer
-/// fenced only by a timed-out transaction resumes.
-const REFENCE_AFTER: Duration = Duration::from_secs(5);
 /// Without transactions: how often a partition's position is written while records stream
 /// (at once when nothing is in flight), and how often a busy worker looks at acknowledgements.
 const POSITION_EVERY: Duration = Duration::from_secs(1);
@@ -149,7 +137,7 @@ impl ProducerContext for Deliveries {
 }
 
 /// What a worker tells its pipeline.
-enum FromWorker {
+pub(super) enum FromWorker {
     /// Fenced and ready at `next` (read from the target): the pipeline seeks there.
     Ready { tp: Tp, next: i64 },
     /// A transaction committed up to `next`.
@@ -160,7 +148,7 @@ enum FromWorker {
     Fenced { tp: Tp },
 }
 
-enum ToWorker {
+pub(super) enum ToWorker {
     Batch(Batch),
     /// The pipeline sought back (epoch bumped): batches of older epochs are stale.
     Resumed {
@@ -174,39 +162,7 @@ enum ToWorker {
     },
 }
 
-/// A pipeline's view of a partition it holds.
-struct Held {
-    tx: SyncSender<ToWorker>,
-    /// Bytes of the batches in `tx` (the worker subtracts what it takes).
-    queued: Arc<Queued>,
-    epoch: u64,
-    batch: Batch,
-    /// The worker fenced and read its position; the consumer sought there.
-    ready: bool,
-    /// Where the worker asked to start, while the seek has not succeeded yet.
-    seek_to: Option<i64>,
-    /// `--once`: the source high watermark noted at start.
-    target: Option<i64>,
-    reached: bool,
-    reached_sent: bool,
-    /// Since when the worker's queue is full (the gathered batch waits for room).
-    full: Option<Instant>,
-    paused: bool,
-    thread: Option<std::thread::JoinHandle<()>>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Held {
-    fn wants_pause(&self) -> bool {
-        !self.ready || self.reached || self.long_behind()
-    }
-
-    fn long_behind(&self) -> bool {
-        self.full.is_some_and(|t| t.elapsed() >= PAUSE_BEHIND)
-    }
-}
-
-fn client_err(
+pub(super) fn client_err(
     k: &crate::config::KafkaConfig,
 ) -> impl Fn(rdkafka::error::KafkaError) -> ReplicateError + '_ {
     move |source| {
@@ -217,460 +173,68 @@ fn client_err(
     }
 }
 
-/// Runs one pipeline until `stop` or a fatal error of the flow.
-pub(super) fn pipeline(
-    setup: Arc<FlowSetup>,
-    index: u32,
+/// A running worker, as its pipeline holds it.
+pub(super) struct WorkerHandle {
+    pub tx: SyncSender<ToWorker>,
+    /// Bytes of the batches in `tx` (the worker subtracts what it takes).
+    pub queued: Arc<Queued>,
+    thread: Option<std::thread::JoinHandle<()>>,
     stop: Arc<AtomicBool>,
-) -> Result<(), ReplicateError> {
-    let names = &setup.names;
-    let mut cc = client_config(&setup.source);
-    cc.set("group.id", names.group())
-        .set("client.id", format!("{}-{index}", names.group()))
-        .set("enable.auto.commit", "false")
-        .set("enable.auto.offset.store", "false")
-        .set("isolation.level", "read_committed")
-        .set("partition.assignment.strategy", "cooperative-sticky")
-        .set("auto.offset.reset", "earliest")
-        .set("statistics.interval.ms", "10000")
-        .set("enable.partition.eof", "false")
-        .set("queued.max.messages.kbytes", (16 << 10).to_string())
-        .set("max.partition.fetch.bytes", (2 << 20).to_string())
-        // Partitions added to a subscribed topic reach the group on a metadata refresh only.
-        .set(
-            "topic.metadata.refresh.interval.ms",
-            setup
-                .task
-                .topic_refresh
-                .as_millis()
-                .clamp(1000, 300_000)
-                .to_string(),
-        );
-    // Extra properties last: a test's short session timeout, static membership.
-    for (k, v) in &setup.source.properties {
-        cc.set(k, v);
-    }
-    let c: BaseConsumer<DumpContext> = cc
-        .create_with_context(
-            DumpContext::measuring(
-                setup.task.name.as_str(),
-                crate::dump::consumer::LagOf::Position,
-            )
-            .of_flow(setup.flow()),
-        )
-        .map_err(client_err(&setup.source))?;
-    let mut p = Pipeline {
-        setup: setup.clone(),
-        held: HashMap::new(),
-        from: std::sync::mpsc::channel(),
-        routes: Arc::new(Vec::new()),
-        version: u64::MAX,
-        last: None,
-        fenced: Vec::new(),
-        queued: Arc::new(AtomicUsize::new(0)),
-    };
-    let r = p.run(&c, &stop);
-    for (_, h) in p.held.drain() {
-        stop_worker(h);
-    }
-    r
 }
 
-struct Pipeline {
-    setup: Arc<FlowSetup>,
-    held: HashMap<Tp, Held>,
-    from: (Sender<FromWorker>, Receiver<FromWorker>),
-    routes: Arc<Vec<Route>>,
-    version: u64,
-    /// The partition of the last message (most follow the one before).
-    last: Option<Tp>,
-    /// Partitions whose producer was fenced, and when to look at them again.
-    fenced: Vec<(Tp, Instant)>,
-    /// Bytes queued for all its workers.
-    queued: Arc<AtomicUsize>,
-}
-
-impl Pipeline {
-    fn run(
-        &mut self,
-        c: &BaseConsumer<DumpContext>,
-        stop: &AtomicBool,
-    ) -> Result<(), ReplicateError> {
-        let mut next_tick = Instant::now();
-        let mut next_flush = Instant::now() + BATCH_LINGER;
-        loop {
-            if stop.load(Ordering::Relaxed) || self.setup.fatal.is_set() {
-                return Ok(());
-            }
-            self.resubscribe(c)?;
-            self.serve_workers(c);
-            if self.wait_for_workers(c) {
-                std::thread::sleep(Duration::from_millis(1));
-                continue;
-            }
-            let polled = c.poll(Duration::from_millis(50));
-            self.apply_changes(c);
-            match polled {
-                Some(Ok(m)) => self.route(c, &m),
-                Some(Err(rdkafka::error::KafkaError::PartitionEOF(_))) => {}
-                None => self.flush_all(c),
-                Some(Err(e)) => {
-                    self.setup.stats.error("consume");
-                    tracing::warn!(task = %self.setup.task.name, flow = %self.setup.flow(), error = %e, "consumer error; librdkafka retries");
-                }
-            }
-            let now = Instant::now();
-            if now >= next_flush {
-                next_flush = now + BATCH_LINGER;
-                self.flush_all(c);
-            }
-            if now >= next_tick {
-                next_tick = now + TICK;
-                self.tick(c);
-            }
-        }
-    }
-
-    /// Whether to wait for a worker instead of polling: its queue is full, not for long.
-    fn wait_for_workers(&mut self, c: &BaseConsumer<DumpContext>) -> bool {
-        let mut wait = false;
-        for (tp, h) in self.held.iter_mut() {
-            if h.full.is_some() {
-                send_batch(c, tp, h);
-                wait |= h.full.is_some() && !h.long_behind();
-            }
-        }
-        wait
-    }
-
-    /// Follows the controller's topic list.
-    fn resubscribe(&mut self, c: &BaseConsumer<DumpContext>) -> Result<(), ReplicateError> {
-        let (version, routes) = self.setup.routes();
-        if version == self.version {
-            return Ok(());
-        }
-        let topics: Vec<&str> = routes.iter().map(|r| r.source.as_str()).collect();
-        if topics.is_empty() {
-            c.unsubscribe();
-        } else {
-            c.subscribe(&topics)
-                .map_err(client_err(&self.setup.source))?;
-        }
-        self.version = version;
-        self.routes = routes;
-        Ok(())
-    }
-
-    fn serve_workers(&mut self, c: &BaseConsumer<DumpContext>) {
-        while let Ok(m) = self.from.1.try_recv() {
-            match m {
-                FromWorker::Ready { tp, next } => {
-                    if let Some(h) = self.held.get_mut(&tp) {
-                        h.seek_to = Some(next);
-                        if let Some(to) = h.target {
-                            // Nothing (more) to copy for --once.
-                            h.reached |= next >= to;
-                        }
-                    }
-                    self.try_seek(c, &tp);
-                }
-                FromWorker::Committed { tp, next } => {
-                    // A report for lag metrics and kafka-consumer-groups: the target holds the
-                    // truth.
-                    let mut tpl = TopicPartitionList::new();
-                    let _ = tpl.add_partition_offset(&tp.topic, tp.partition, Offset::Offset(next));
-                    let _ = c.commit(&tpl, CommitMode::Async);
-                }
-                FromWorker::Rewind { tp, next } => {
-                    if let Some(h) = self.held.get_mut(&tp) {
-                        h.epoch += 1;
-                        h.batch = Batch::new(h.epoch);
-                        h.ready = false;
-                        h.full = None;
-                        h.reached = h.target.is_some_and(|to| next >= to);
-                        h.reached_sent = false;
-                        h.seek_to = Some(next);
-                        let _ = h.tx.send(ToWorker::Resumed { epoch: h.epoch });
-                    }
-                    self.try_seek(c, &tp);
-                }
-                FromWorker::Fenced { tp } => {
-                    tracing::warn!(task = %self.setup.task.name, flow = %self.setup.flow(), topic = %tp.topic, partition = tp.partition, "this partition's producer was fenced: another member took the partition over (or the target aborted a transaction that outlived its timeout); leaving it, and starting again if the group still gives it to this member");
-                    if let Some(h) = self.held.remove(&tp) {
-                        stop_worker(h);
-                    }
-                    set_paused(c, &tp, true);
-                    self.fenced.push((tp, Instant::now() + REFENCE_AFTER));
-                }
-            }
-        }
-    }
-
-    /// Seeks a partition to where its worker starts; retried on the next tick if the consumer
-    /// is not ready for it yet.
-    fn try_seek(&mut self, c: &BaseConsumer<DumpContext>, tp: &Tp) {
-        let Some(h) = self.held.get_mut(tp) else {
-            return;
-        };
-        let Some(next) = h.seek_to else {
-            return;
-        };
-        match c.seek(
-            &tp.topic,
-            tp.partition,
-            Offset::Offset(next),
-            Duration::from_secs(5),
-        ) {
-            Ok(()) => {
-                h.seek_to = None;
-                h.ready = true;
-            }
-            Err(e) => {
-                tracing::debug!(topic = %tp.topic, partition = tp.partition, offset = next, error = %e, "seek not possible yet; retried");
-            }
-        }
-        sync_pause(c, tp, h);
-    }
-
-    fn apply_changes(&mut self, c: &BaseConsumer<DumpContext>) {
-        for change in c.context().take_changes() {
-            match change {
-                AssignmentChange::Assigned(list) => {
-                    for (t, p) in list {
-                        self.start_partition(c, Tp::new(&t, p));
+impl WorkerHandle {
+    /// Starts the worker of a partition, copying into `target_topic`.
+    pub fn spawn(
+        setup: &Arc<FlowSetup>,
+        tp: Tp,
+        target_topic: String,
+        to_pipeline: Sender<FromWorker>,
+        pipeline_queued: Arc<AtomicUsize>,
+    ) -> Result<Self, ReplicateError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
+        let stop = Arc::new(AtomicBool::new(false));
+        let queued = Arc::new(Queued {
+            own: AtomicUsize::new(0),
+            all: pipeline_queued,
+        });
+        let (setup2, tp2, stop2, queued2) =
+            (setup.clone(), tp.clone(), stop.clone(), queued.clone());
+        let thread = std::thread::Builder::new()
+            .name(format!("repl-{}", tp.partition))
+            .spawn(move || {
+                let w = Worker {
+                    setup: &setup2,
+                    tp: &tp2,
+                    target: &target_topic,
+                    to_pipeline: &to_pipeline,
+                    stop: &stop2,
+                    queued: &queued2,
+                };
+                if let Err(e) = w.run(rx) {
+                    if !stop2.load(Ordering::Relaxed) {
+                        setup2.fatal.set(e);
                     }
                 }
-                AssignmentChange::Revoked(list) => {
-                    for (t, p) in list {
-                        let tp = Tp::new(&t, p);
-                        self.fenced.retain(|(f, _)| *f != tp);
-                        if let Some(h) = self.held.remove(&tp) {
-                            stop_worker(h);
-                        }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Starts the worker of a partition this member was given (paused until the worker knows
-    /// where to start).
-    fn start_partition(&mut self, c: &BaseConsumer<DumpContext>, tp: Tp) {
-        if self.held.contains_key(&tp) {
-            return;
-        }
-        set_paused(c, &tp, true);
-        let Some(route) = self.routes.iter().find(|r| *r.source == *tp.topic) else {
-            return;
-        };
-        let target = match &self.setup.once {
-            Some(targets) => match targets.get(&(tp.topic.to_string(), tp.partition)) {
-                Some(&to) => Some(to),
-                // Not there when --once started: not this run's business.
-                None => return,
-            },
-            None => None,
-        };
-        match start_worker(
-            &self.setup,
-            tp.clone(),
-            route.target.clone(),
-            target,
-            self.from.0.clone(),
-            self.queued.clone(),
-        ) {
-            Ok(h) => {
-                self.held.insert(tp, h);
-            }
-            Err(e) => self.setup.fatal.set(e),
-        }
-    }
-
-    fn route(&mut self, c: &BaseConsumer<DumpContext>, m: &rdkafka::message::BorrowedMessage<'_>) {
-        let tp = Tp::of_message(&mut self.last, m);
-        let Some(h) = self.held.get_mut(&tp) else {
-            return;
-        };
-        if !h.ready || h.reached {
-            // Fetched before the seek, or past --once's end: read again when it matters.
-            return;
-        }
-        if let Some(to) = h.target {
-            if m.offset() >= to {
-                h.reached = true;
-                send_batch(c, &tp, h);
-                return;
-            }
-            h.reached = m.offset() + 1 >= to;
-        }
-        h.batch.push(m);
-        if h.batch.is_full() || h.reached {
-            send_batch(c, &tp, h);
-        }
-    }
-
-    fn flush_all(&mut self, c: &BaseConsumer<DumpContext>) {
-        for (tp, h) in self.held.iter_mut() {
-            send_batch(c, tp, h);
-        }
-    }
-
-    fn tick(&mut self, c: &BaseConsumer<DumpContext>) {
-        let now = Instant::now();
-        let (due, later): (Vec<_>, Vec<_>) = self.fenced.drain(..).partition(|(_, at)| *at <= now);
-        self.fenced = later;
-        if !due.is_empty() {
-            let assigned = c.assignment().ok();
-            for (tp, _) in due {
-                let still = assigned
-                    .as_ref()
-                    .is_some_and(|a| a.find_partition(&tp.topic, tp.partition).is_some());
-                if still {
-                    self.start_partition(c, tp);
-                }
-            }
-        }
-        let pending: Vec<Tp> = self
-            .held
-            .iter()
-            .filter(|(_, h)| h.seek_to.is_some())
-            .map(|(tp, _)| tp.clone())
-            .collect();
-        for tp in pending {
-            self.try_seek(c, &tp);
-        }
-        // --once: a partition whose position passed its target (the last offsets were
-        // transaction markers, which are never delivered) is done too.
-        if self.setup.once.is_some() {
-            let positions = c.position().ok();
-            for (tp, h) in self.held.iter_mut() {
-                if !h.ready || h.reached {
-                    continue;
-                }
-                let pos = positions.as_ref().and_then(|l| {
-                    match l
-                        .find_partition(&tp.topic, tp.partition)
-                        .map(|e| e.offset())
-                    {
-                        Some(Offset::Offset(o)) => Some(o),
-                        _ => None,
-                    }
-                });
-                if let (Some(pos), Some(to)) = (pos, h.target) {
-                    h.reached = pos >= to;
-                }
-            }
-        }
-        for (tp, h) in self.held.iter_mut() {
-            send_batch(c, tp, h);
-            if h.reached && !h.reached_sent && h.batch.is_empty() && h.full.is_none() {
-                if let Some(to) = h.target {
-                    h.reached_sent =
-                        h.tx.try_send(ToWorker::Reached { to, epoch: h.epoch })
-                            .is_ok();
-                }
-            }
-            sync_pause(c, tp, h);
-        }
-    }
-}
-
-fn set_paused(c: &BaseConsumer<DumpContext>, tp: &Tp, pause: bool) {
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition(&tp.topic, tp.partition);
-    let _ = if pause { c.pause(&tpl) } else { c.resume(&tpl) };
-}
-
-fn sync_pause(c: &BaseConsumer<DumpContext>, tp: &Tp, h: &mut Held) {
-    let want = h.wants_pause();
-    if want != h.paused {
-        set_paused(c, tp, want);
-        h.paused = want;
-    }
-}
-
-/// Hands the partition's gathered records to its worker; a full queue pauses the partition
-/// until the worker takes them (they stay gathered meanwhile).
-fn send_batch(c: &BaseConsumer<DumpContext>, tp: &Tp, h: &mut Held) {
-    if !h.batch.is_empty() && !h.queued.room(h.batch.bytes()) {
-        h.full.get_or_insert_with(Instant::now);
-    } else if !h.batch.is_empty() {
-        let batch = std::mem::replace(&mut h.batch, Batch::new(h.epoch));
-        let bytes = batch.bytes();
-        h.queued.add(bytes);
-        match h.tx.try_send(ToWorker::Batch(batch)) {
-            Ok(()) => h.full = None,
-            Err(TrySendError::Full(ToWorker::Batch(b))) => {
-                h.queued.sub(bytes);
-                h.batch = b;
-                h.full.get_or_insert_with(Instant::now);
-            }
-            // The worker is gone (it failed; the flow stops): the batch with it.
-            Err(_) => h.queued.sub(bytes),
-        }
-    }
-    sync_pause(c, tp, h);
-}
-
-fn stop_worker(mut h: Held) {
-    h.stop.store(true, Ordering::Relaxed);
-    drop(h.tx);
-    if let Some(t) = h.thread.take() {
-        let _ = t.join();
-    }
-    // What the worker left in its queue went with it.
-    let left = h.queued.own.swap(0, Ordering::Relaxed);
-    h.queued.all.fetch_sub(left, Ordering::Relaxed);
-}
-
-fn start_worker(
-    setup: &Arc<FlowSetup>,
-    tp: Tp,
-    target_topic: String,
-    once_target: Option<i64>,
-    to_pipeline: Sender<FromWorker>,
-    pipeline_queued: Arc<AtomicUsize>,
-) -> Result<Held, ReplicateError> {
-    let (tx, rx) = std::sync::mpsc::sync_channel(QUEUE);
-    let stop = Arc::new(AtomicBool::new(false));
-    let queued = Arc::new(Queued {
-        own: AtomicUsize::new(0),
-        all: pipeline_queued,
-    });
-    let (setup2, tp2, stop2, queued2) = (setup.clone(), tp.clone(), stop.clone(), queued.clone());
-    let thread = std::thread::Builder::new()
-        .name(format!("repl-{}", tp.partition))
-        .spawn(move || {
-            let w = Worker {
-                setup: &setup2,
-                tp: &tp2,
-                target: &target_topic,
-                to_pipeline: &to_pipeline,
-                stop: &stop2,
-                queued: &queued2,
-            };
-            if let Err(e) = w.run(rx) {
-                if !stop2.load(Ordering::Relaxed) {
-                    setup2.fatal.set(e);
-                }
-            }
+            })
+            .map_err(|e| ReplicateError::Setup(format!("cannot start a worker thread: {e}")))?;
+        Ok(Self {
+            tx,
+            queued,
+            thread: Some(thread),
+            stop,
         })
-        .map_err(|e| ReplicateError::Setup(format!("cannot start a worker thread: {e}")))?;
-    Ok(Held {
-        tx,
-        queued,
-        epoch: 0,
-        batch: Batch::new(0),
-        ready: false,
-        seek_to: None,
-        target: once_target,
-        reached: false,
-        reached_sent: false,
-        full: None,
-        paused: true,
-        thread: Some(thread),
-        stop,
-    })
+    }
+
+    /// Stops the worker and waits for it; what it left in its queue goes with it.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        drop(self.tx);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let left = self.queued.own.swap(0, Ordering::Relaxed);
+        self.queued.all.fetch_sub(left, Ordering::Relaxed);
+    }
 }
 
 /// What a worker takes from its queue for one transaction.

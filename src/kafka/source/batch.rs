@@ -1,4 +1,4 @@
-//! Records on their way from the poll loop to a writer: many records of one partition copied
+//! Records on their way from the source to a sink: many records of one partition copied
 //! into one buffer (one allocation per batch instead of several per record), read back as
 //! the borrowed [`RecordView`]s the encoders take.
 
@@ -86,6 +86,11 @@ impl Batch {
 
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
+    }
+
+    /// Records held.
+    pub fn len(&self) -> usize {
+        self.records.len()
     }
 
     /// Bytes of keys, values and headers held.
