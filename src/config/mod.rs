@@ -578,6 +578,9 @@ pub enum Partitioning {
     KeyHash,
 }
 
+/// The replication factor CreateTopics takes for "the broker's `default.replication.factor`".
+pub const BROKER_DEFAULT_REPLICATION: i32 = -1;
+
 /// A restore job: archives back into Kafka.
 #[derive(Debug, Clone)]
 pub struct RestoreConfig {
@@ -595,7 +598,9 @@ pub struct RestoreConfig {
     pub partitioning: Partitioning,
     pub create_topics: bool,
     pub partitions: Option<i32>,
-    pub replication_factor: i32,
+    /// Replicas of the topics restore creates (the `--exactly-once` progress topic included);
+    /// `None`: the target broker's `default.replication.factor`.
+    pub replication_factor: Option<i32>,
     pub rate_limit_bytes_per_sec: Option<f64>,
     pub checkpoint: Option<PathBuf>,
     pub skip_corrupt: bool,
@@ -605,6 +610,16 @@ pub struct RestoreConfig {
     /// `limits.buffer_memory`: archive objects held at once by their decoded size, and the
     /// most one object may decode to.
     pub memory_budget: ByteSize,
+}
+
+impl RestoreConfig {
+    /// The replication factor to create topics with: the configured one, else the broker's
+    /// default (as a production cluster's operator set it), never an unreplicated topic by
+    /// accident.
+    pub fn topic_replication(&self) -> i32 {
+        self.replication_factor
+            .unwrap_or(BROKER_DEFAULT_REPLICATION)
+    }
 }
 
 /// The tier service: the broker bridge's storage backend.

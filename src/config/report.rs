@@ -118,9 +118,12 @@ pub fn render_report(origin: &str, c: &Config) -> String {
         );
     }
     if let Some(r) = &c.restore {
+        let replicas = r
+            .replication_factor
+            .map_or("the broker's default".to_string(), |n| n.to_string());
         let _ = writeln!(
             o,
-            "restore: from {}/{}{} ({}) topics {} into {} (partitioning {:?})",
+            "restore: from {}/{}{} ({}) topics {} into {} (partitioning {:?}, new topics with replication factor {replicas})",
             r.store.url,
             r.directory.prefix(),
             r.time_directory
