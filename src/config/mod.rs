@@ -125,6 +125,15 @@ impl Config {
         })
     }
 
+    /// Whether any store of this file is S3 (`[store]`, a task's, the restore's): they share
+    /// `[store]`'s S3 settings, region included.
+    pub fn uses_s3(&self) -> bool {
+        let s3 = |s: &StoreConfig| matches!(s.url, StoreUrl::S3 { .. });
+        s3(&self.store)
+            || self.tasks.iter().any(|t| s3(&t.store))
+            || self.restore.as_ref().is_some_and(|r| s3(&r.store))
+    }
+
     /// The configuration used when no file is given: local Kafka, `file://` archive.
     pub fn embedded_default() -> Self {
         match Self::from_toml("", "<embedded default>", |_| None) {
@@ -234,13 +243,55 @@ pub enum Credentials {
 /// S3 connection settings, shared by every bucket strata touches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct S3Settings {
-    pub region: String,
+    /// `store.region`; `None`: from the AWS environment (see [`S3Region`]).
+    pub region: Option<String>,
     pub endpoint: Option<String>,
     pub path_style: bool,
     pub credentials: Credentials,
     pub create_bucket: bool,
     pub part_size: ByteSize,
     pub max_attempts: u32,
+}
+
+/// The region S3 requests are signed for, and where it came from. The store finds it (it
+/// reads the environment, the AWS config files and the instance metadata service) when
+/// `store.region` is not set; `strata validate` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Region {
+    pub name: String,
+    pub source: RegionSource,
+}
+
+/// Where an [`S3Region`] came from, in the order they are looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegionSource {
+    /// `store.region`.
+    Config,
+    /// `AWS_REGION` or `AWS_DEFAULT_REGION`.
+    Env(&'static str),
+    /// A profile of the AWS config files (`AWS_PROFILE`, else `default`).
+    Profile(String),
+    /// The EC2 instance metadata service (not asked with a custom `store.endpoint`).
+    InstanceMetadata,
+    /// Nothing named one and `store.endpoint` is set: `us-east-1`, which S3-compatible stores
+    /// take whatever their own region.
+    EndpointDefault,
+}
+
+impl fmt::Display for S3Region {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (", self.name)?;
+        match &self.source {
+            RegionSource::Config => f.write_str("store.region"),
+            RegionSource::Env(var) => write!(f, "from {var}"),
+            RegionSource::Profile(p) => write!(f, "from profile {p:?} of the AWS config files"),
+            RegionSource::InstanceMetadata => f.write_str("from the EC2 instance metadata"),
+            RegionSource::EndpointDefault => {
+                f.write_str("default for a custom endpoint: none set anywhere")
+            }
+        }?;
+        f.write_str(")")
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -298,7 +298,7 @@ fn owned_kafka_properties_are_refused() {
 #[test]
 fn report_never_shows_secrets() {
     let c = load(FULL).unwrap();
-    let report = render_report("test.toml", &c);
+    let report = render_report("test.toml", &c, None);
     for secret in ["hunter2-kafka", "TOPSECRETs3key", "AKIAEXAMPLEKEY"] {
         assert!(!report.contains(secret), "{secret} leaked:\n{report}");
     }
@@ -335,7 +335,7 @@ compression = "zstd"
 "#,
     )
     .unwrap();
-    let report = render_report("t.toml", &c);
+    let report = render_report("t.toml", &c, None);
     let r = c.restore.unwrap();
     assert_eq!(r.naming.target("cdc.orders"), "restored.cdc.orders");
     // No replication_factor: created topics (and the exactly-once progress topic) take the
@@ -407,7 +407,7 @@ max_requests = 8
     assert_eq!(t.socket_dir, Some(PathBuf::from("/run/strata-tier")));
     assert_eq!(t.max_requests, 8);
     assert!(!t.handoff);
-    let report = super::render_report("f.toml", &c);
+    let report = super::render_report("f.toml", &c, None);
     assert!(
         report.contains("/run/strata-tier/tier.sock (cache file handoff off)"),
         "{report}"

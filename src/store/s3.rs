@@ -8,7 +8,7 @@ use super::{
     check_key, ErrorKind, Finish, Finished, Incomplete, MultipartUpload, ObjectMeta, ObjectStore,
     StoreError,
 };
-use crate::config::{Credentials, S3Settings};
+use crate::config::{Credentials, S3Region, S3Settings};
 use async_trait::async_trait;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::retry::RetryConfig;
@@ -30,7 +30,7 @@ pub struct S3Store {
     prefix: String,
     part_size: usize,
     create_bucket: bool,
-    region: String,
+    region: S3Region,
     endpoint: String,
     /// Credential values to scrub from any message that reaches a user.
     secrets: Arc<Vec<String>>,
@@ -47,13 +47,21 @@ impl std::fmt::Debug for S3Store {
 }
 
 impl S3Store {
+    /// A client of `bucket` with the region `store.region` names, or the AWS environment's.
     pub async fn connect(
         s: &S3Settings,
         bucket: String,
         prefix: String,
     ) -> Result<Self, StoreError> {
+        let region = super::aws_env::resolve_region(s).await.map_err(|m| {
+            StoreError::new(
+                ErrorKind::InvalidInput,
+                format!("s3://{bucket}/{prefix}"),
+                m,
+            )
+        })?;
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .region(Region::new(s.region.clone()));
+            .region(Region::new(region.name.clone()));
         let mut secrets = Vec::new();
         if let Credentials::Static {
             access_key,
@@ -102,11 +110,11 @@ impl S3Store {
             prefix,
             part_size: s.part_size.bytes() as usize,
             create_bucket: s.create_bucket,
-            region: s.region.clone(),
             endpoint: s
                 .endpoint
                 .clone()
-                .unwrap_or_else(|| format!("AWS S3 ({})", s.region)),
+                .unwrap_or_else(|| format!("AWS S3 ({})", region.name)),
+            region,
             secrets: Arc::new(secrets),
         })
     }
@@ -442,11 +450,11 @@ impl ObjectStore for S3Store {
                 ));
             }
             let mut req = self.client.create_bucket().bucket(&self.bucket);
-            if self.region != "us-east-1" {
+            if self.region.name != "us-east-1" {
                 req = req.create_bucket_configuration(
                     aws_sdk_s3::types::CreateBucketConfiguration::builder()
                         .location_constraint(aws_sdk_s3::types::BucketLocationConstraint::from(
-                            self.region.as_str(),
+                            self.region.name.as_str(),
                         ))
                         .build(),
                 );
