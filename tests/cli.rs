@@ -152,15 +152,36 @@ fn strata_in(args: &[&str], cfg_text: &str, vars: &[(&str, &str)]) -> (Option<i3
 }
 
 #[test]
-fn validate_says_which_region_and_where_it_came_from() {
+fn validate_says_which_region_and_that_no_credentials_were_found() {
     let s3 = "[store]\nurl = \"s3://bkt-region/p\"\n";
-    // AWS_REGION names the region when store.region does not.
-    let (code, text) = strata_in(&["validate"], s3, &[("AWS_REGION", "eu-west-1")]);
+    let task = "[[tasks]]\nname = \"orders\"\ntopics = [\"orders\"]\n";
+    // AWS_REGION names the region when store.region does not; no credentials anywhere: the
+    // stored task parameters cannot be read, and the reason is said in one line.
+    let (code, text) = strata_in(
+        &["validate"],
+        &format!("{s3}{task}"),
+        &[("AWS_REGION", "eu-west-1")],
+    );
     assert_eq!(code, Some(0), "{text}");
     assert!(
         text.contains("(region eu-west-1 (from AWS_REGION), "),
         "{text}"
     );
+    for part in [
+        "no AWS credentials found; strata tried store.access_key and store.secret_key (not set), AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, profile \"default\" in ",
+        "web identity",
+        "EC2 instance metadata (off by AWS_EC2_METADATA_DISABLED)",
+    ] {
+        assert!(text.contains(part), "{part:?} in:\n{text}");
+    }
+    for wrong in [
+        "cannot reach the store",
+        "check store.endpoint",
+        "DispatchFailure",
+        "ConnectorError",
+    ] {
+        assert!(!text.contains(wrong), "{wrong:?} in:\n{text}");
+    }
 
     // The selected profile of the AWS config file.
     let dir = tempfile::tempdir().unwrap();

@@ -1,7 +1,8 @@
 //! What the S3 backend takes from the AWS environment when the config leaves it out: the
 //! region (`AWS_REGION`, `AWS_DEFAULT_REGION`, the profile of the AWS config files, the EC2
-//! instance metadata). Lookups take the environment as a function, so tests pass their own
-//! instead of changing the process's.
+//! instance metadata), and the credential sources the SDK's chain tries, for the error that
+//! says none had credentials. Lookups take the environment as a function, so tests pass their
+//! own instead of changing the process's.
 
 use crate::config::{RegionSource, S3Region, S3Settings};
 use aws_config::meta::region::ProvideRegion;
@@ -161,6 +162,30 @@ async fn profile_region(files: &[(EnvConfigFileKind, PathBuf)], profile: &str) -
         .map(|r| r.to_string())
 }
 
+/// The sources the SDK's default chain looks for credentials in, for the error that none had
+/// any.
+pub(crate) fn credential_sources(env: Env<'_>) -> String {
+    let profile = profile_name(env);
+    let files = profile_files(env);
+    format!(
+        "store.access_key and store.secret_key (not set), AWS_ACCESS_KEY_ID and \
+         AWS_SECRET_ACCESS_KEY, {}, web identity (AWS_WEB_IDENTITY_TOKEN_FILE and \
+         AWS_ROLE_ARN), ECS container credentials (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or \
+         AWS_CONTAINER_CREDENTIALS_FULL_URI), {}",
+        describe_profile(&profile, &files),
+        if metadata_disabled(env) {
+            "EC2 instance metadata (off by AWS_EC2_METADATA_DISABLED)"
+        } else {
+            "EC2 instance metadata"
+        }
+    )
+}
+
+/// [`credential_sources`] of the process's environment.
+pub(crate) fn process_credential_sources() -> String {
+    credential_sources(&process_env)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,5 +322,24 @@ mod tests {
             assert!(err.contains(part), "{part:?} in {err}");
         }
         assert!(find(None, None, &home, &NO_IMDS).await.is_err());
+    }
+
+    #[test]
+    fn credential_sources_name_every_source_the_chain_tries() {
+        let s = credential_sources(&env_of(&[
+            ("HOME", "/home/op"),
+            ("AWS_PROFILE", "ops"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ]));
+        for part in [
+            "store.access_key and store.secret_key",
+            "AWS_ACCESS_KEY_ID",
+            "profile \"ops\" in /home/op/.aws/config and /home/op/.aws/credentials",
+            "web identity",
+            "ECS container",
+            "EC2 instance metadata (off by AWS_EC2_METADATA_DISABLED)",
+        ] {
+            assert!(s.contains(part), "{part:?} in {s}");
+        }
     }
 }
