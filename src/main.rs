@@ -281,10 +281,24 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(c) => c,
                 Err(code) => return Ok(code),
             };
+            // The region the S3 store will use, and where from: a new user's first question
+            // when AWS_REGION or a profile is meant to set it.
+            let region = match cfg.uses_s3() {
+                true => Some(strata::store::resolve_region(&cfg.store.s3).await),
+                false => None,
+            };
             print!(
                 "{}",
-                strata::config::render_report(&config.display().to_string(), &cfg)
+                strata::config::render_report(
+                    &config.display().to_string(),
+                    &cfg,
+                    region.as_ref().and_then(|r| r.as_ref().ok())
+                )
             );
+            if let Some(Err(e)) = region {
+                eprintln!("error: {e}");
+                return Ok(ExitCode::from(2));
+            }
             if cfg.tasks.is_empty() {
                 return Ok(ExitCode::SUCCESS);
             }

@@ -21,11 +21,22 @@ pub enum TelemetryError {
     Recorder(String),
 }
 
+/// The AWS SDK's credential chain warns, with a dump of its debug structures, about each
+/// source that failed; the store's error says the same in one line (the sources tried and the
+/// last answer). `RUST_LOG` still shows them.
+const QUIET_CREDENTIAL_CHAIN: &str = "aws_config::meta::credentials::chain=error";
+
 /// Starts logging to stderr. Safe to call once per process; later calls are ignored.
 pub fn init_logging(format: LogFormat, level: &str) -> Result<(), TelemetryError> {
     let filter = match std::env::var("RUST_LOG") {
         Ok(f) if !f.is_empty() => EnvFilter::try_new(&f).map_err(|_| TelemetryError::Filter(f))?,
-        _ => EnvFilter::try_new(level).map_err(|_| TelemetryError::Filter(level.to_string()))?,
+        _ => EnvFilter::try_new(level)
+            .map_err(|_| TelemetryError::Filter(level.to_string()))?
+            .add_directive(
+                QUIET_CREDENTIAL_CHAIN
+                    .parse()
+                    .map_err(|_| TelemetryError::Filter(QUIET_CREDENTIAL_CHAIN.to_string()))?,
+            ),
     };
     // Colours only for a person at a terminal: log files and collectors get plain text.
     let builder = tracing_subscriber::fmt()

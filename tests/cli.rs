@@ -125,6 +125,106 @@ fn missing_bucket_fails_naming_it() {
     assert!(text.contains("bucket \"strata-missing-bucket\" does not exist; create it or set store.create_bucket = true"), "{text}");
 }
 
+/// `strata ARGS --config <cfg_text>` in an environment of only `vars` (and `PATH`), as a new
+/// user's shell may be: no AWS variables, credentials or config files unless given.
+fn strata_in(args: &[&str], cfg_text: &str, vars: &[(&str, &str)]) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, cfg_text).unwrap();
+    let out = Command::new(strata_bin())
+        .args(args)
+        .arg("--config")
+        .arg(&path)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        // No instance metadata: a test must not wait for a service only EC2 has.
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("HOME", dir.path())
+        .envs(vars.iter().copied())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code(), text)
+}
+
+#[test]
+fn validate_says_which_region_and_that_no_credentials_were_found() {
+    let s3 = "[store]\nurl = \"s3://bkt-region/p\"\n";
+    let task = "[[tasks]]\nname = \"orders\"\ntopics = [\"orders\"]\n";
+    // AWS_REGION names the region when store.region does not; no credentials anywhere: the
+    // stored task parameters cannot be read, and the reason is said in one line.
+    let (code, text) = strata_in(
+        &["validate"],
+        &format!("{s3}{task}"),
+        &[("AWS_REGION", "eu-west-1")],
+    );
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("(region eu-west-1 (from AWS_REGION), "),
+        "{text}"
+    );
+    for part in [
+        "no AWS credentials found; strata tried store.access_key and store.secret_key (not set), AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, profile \"default\" in ",
+        "web identity",
+        "EC2 instance metadata (off by AWS_EC2_METADATA_DISABLED)",
+    ] {
+        assert!(text.contains(part), "{part:?} in:\n{text}");
+    }
+    for wrong in [
+        "cannot reach the store",
+        "check store.endpoint",
+        "DispatchFailure",
+        "ConnectorError",
+    ] {
+        assert!(!text.contains(wrong), "{wrong:?} in:\n{text}");
+    }
+
+    // The selected profile of the AWS config file.
+    let dir = tempfile::tempdir().unwrap();
+    let aws = dir.path().join("aws-config");
+    std::fs::write(&aws, "[profile ops]\nregion = ap-southeast-2\n").unwrap();
+    let profile = [
+        ("AWS_CONFIG_FILE", aws.to_str().unwrap()),
+        ("AWS_PROFILE", "ops"),
+    ];
+    let (code, text) = strata_in(&["validate"], s3, &profile);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("(region ap-southeast-2 (from profile \"ops\" of the AWS config files), "),
+        "{text}"
+    );
+
+    // store.region wins; a custom endpoint without any region signs for us-east-1.
+    let (_, text) = strata_in(
+        &["validate"],
+        &format!("{s3}region = \"sa-east-1\"\n"),
+        &profile,
+    );
+    assert!(
+        text.contains("(region sa-east-1 (store.region), "),
+        "{text}"
+    );
+    let minio = format!("{s3}endpoint = \"http://127.0.0.1:9\"\n");
+    let (code, text) = strata_in(&["validate"], &minio, &[]);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("(region us-east-1 (default for a custom endpoint"),
+        "{text}"
+    );
+
+    // Nowhere: a configuration error naming the key and what was tried.
+    let (code, text) = strata_in(&["validate"], s3, &[]);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains("error: store.region is not set, and the AWS environment names no region (tried AWS_REGION, AWS_DEFAULT_REGION, profile \"default\" in "),
+        "{text}"
+    );
+}
+
 #[test]
 fn unreachable_kafka_fails_clearly() {
     let dir = tempfile::tempdir().unwrap();

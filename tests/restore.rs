@@ -1042,6 +1042,210 @@ async fn corrupt_object_is_named_with_its_byte_offset_and_skip_corrupt_continues
     assert!(err.contains("decodes to more than 16MiB"), "{err}");
 }
 
+/// A Parquet file shaped as strata dump writes them, of `rows` records whose key and value are
+/// one `len`-byte value, dictionary-encoded: each column holds the value once, the footer
+/// declares kilobytes, and the rows decode to `rows * len` bytes per column.
+///
+/// Written in two steps, because the parquet writer hashes every value it dictionary-encodes
+/// (8192 values of 200 KiB take a debug build about 20 s): a file whose keys and values are one
+/// byte, then the same pages with the one-entry dictionaries of key and value replaced.
+fn dictionary_bomb(topic: &str, rows: usize, len: usize) -> Vec<u8> {
+    use bytes::Bytes;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    use parquet::arrow::ArrowWriter;
+    use parquet::basic::{Compression, Encoding};
+    use parquet::column::page::{CompressedPage, Page, PageWriter};
+    use parquet::column::writer::ColumnCloseResult;
+    use parquet::file::properties::{EnabledStatistics, WriterProperties};
+    use parquet::file::reader::{FileReader, SerializedFileReader};
+    use parquet::file::writer::{SerializedFileWriter, SerializedPageWriter, TrackedWrite};
+    use parquet::schema::types::ColumnPath;
+    use std::sync::Arc;
+
+    let spec = strata::format::FormatSpec::new(
+        strata::format::FormatKind::Parquet,
+        strata::format::Compression::None,
+        TextOptions::default(),
+    )
+    .unwrap();
+    let mut e = strata::format::Encoder::in_memory(&spec, topic).unwrap();
+    for i in 0..rows {
+        let r = Record {
+            topic: topic.to_string(),
+            partition: Some(0),
+            offset: Some(i as i64),
+            timestamp: Some(base_ts() + i as i64),
+            timestamp_type: TimestampType::CreateTime,
+            key: Some(b"k".to_vec()),
+            value: Some(b"v".to_vec()),
+            headers: Vec::new(),
+        };
+        r.with_view(|v| e.append(v)).unwrap();
+    }
+    let dumped = Bytes::from(e.finish().unwrap().out);
+    // Step 1: the same rows, key and value dictionary-encoded, nothing compressed.
+    let reader = ParquetRecordBatchReaderBuilder::try_new(dumped)
+        .unwrap()
+        .build()
+        .unwrap();
+    let props = WriterProperties::builder()
+        .set_compression(Compression::UNCOMPRESSED)
+        .set_statistics_enabled(EnabledStatistics::None)
+        .set_dictionary_enabled(false)
+        .set_column_dictionary_enabled(ColumnPath::from("key"), true)
+        .set_column_dictionary_enabled(ColumnPath::from("value"), true)
+        .build();
+    let mut small = None;
+    for b in reader {
+        let b = b.unwrap();
+        let w = small.get_or_insert_with(|| {
+            ArrowWriter::try_new(Vec::new(), b.schema(), Some(props.clone())).unwrap()
+        });
+        w.write(&b).unwrap();
+    }
+    let small = Bytes::from(small.unwrap().into_inner().unwrap());
+    // Step 2: every column chunk as it is, but key's and value's dictionary.
+    let file = SerializedFileReader::new(small.clone()).unwrap();
+    let meta = file.metadata();
+    assert_eq!(meta.num_row_groups(), 1);
+    let out_props = Arc::new(
+        WriterProperties::builder()
+            .set_key_value_metadata(meta.file_metadata().key_value_metadata().cloned())
+            .build(),
+    );
+    let mut w = SerializedFileWriter::new(
+        Vec::new(),
+        meta.file_metadata().schema_descr().root_schema_ptr(),
+        out_props,
+    )
+    .unwrap();
+    let mut group = w.next_row_group().unwrap();
+    for (i, col) in meta.row_group(0).columns().iter().enumerate() {
+        let name = col.column_path().string();
+        let (chunk, metadata) = if name == "key" || name == "value" {
+            let mut entry = (len as u32).to_le_bytes().to_vec();
+            entry.resize(4 + len, b'x');
+            let mut sink = TrackedWrite::new(Vec::new());
+            let mut pages = SerializedPageWriter::new(&mut sink);
+            let dict = Page::DictionaryPage {
+                buf: Bytes::from(entry),
+                num_values: 1,
+                encoding: Encoding::PLAIN,
+                is_sorted: false,
+            };
+            let dict_size = dict.buffer().len();
+            let dict_len = pages
+                .write_page(CompressedPage::new(dict, dict_size))
+                .unwrap()
+                .bytes_written;
+            let mut old = file
+                .get_row_group(0)
+                .unwrap()
+                .get_column_page_reader(i)
+                .unwrap();
+            while let Some(p) = old.get_next_page().unwrap() {
+                if p.page_type() != parquet::basic::PageType::DICTIONARY_PAGE {
+                    let size = p.buffer().len();
+                    pages.write_page(CompressedPage::new(p, size)).unwrap();
+                }
+            }
+            pages.close().unwrap();
+            let chunk = Bytes::from(sink.into_inner().unwrap());
+            let metadata = col
+                .clone()
+                .into_builder()
+                .set_dictionary_page_offset(Some(0))
+                .set_data_page_offset(dict_len as i64)
+                .set_total_compressed_size(chunk.len() as i64)
+                .set_total_uncompressed_size(chunk.len() as i64)
+                .build()
+                .unwrap();
+            (chunk, metadata)
+        } else {
+            (small.clone(), col.clone())
+        };
+        let close = ColumnCloseResult {
+            bytes_written: metadata.compressed_size() as u64,
+            rows_written: rows as u64,
+            metadata,
+            bloom_filter: None,
+            column_index: None,
+            offset_index: None,
+        };
+        group.append_column(&chunk, close).unwrap();
+    }
+    group.close().unwrap();
+    w.into_inner().unwrap()
+}
+
+/// Runs `strata ARGS` to its end: exit code, stderr and the peak resident size of the process
+/// in bytes (the kernel's maximum resident set, from `wait4`).
+// The child is reaped by `wait4`, which std's `Child::wait` cannot replace: it has no rusage.
+#[allow(clippy::zombie_processes)]
+fn run_measured(args: &[&str]) -> (Option<i32>, String, u64) {
+    let mut child = Command::new(strata_bin())
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let reading = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut stderr, &mut s).unwrap();
+        s
+    });
+    let pid = child.id() as libc::pid_t;
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid value to be filled in; the pointers outlive the call.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+    assert_eq!(r, pid, "wait4: {}", std::io::Error::last_os_error());
+    let code = libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status));
+    // ru_maxrss is in KiB on Linux.
+    (code, reading.join().unwrap(), usage.ru_maxrss as u64 * 1024)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_parquet_file_that_decodes_to_gigabytes_stops_near_the_memory_budget() {
+    // A 200 KiB dictionary value repeated 8192 times in key and value: 400 KiB of file whose
+    // first batch of 8192 rows decodes to 3.2 GiB.
+    let topic = unique("dictbomb");
+    let root = tempfile::tempdir().unwrap();
+    let key = format!("arch/2026/01/02/{topic}+0+00000000000000000000.parquet");
+    let path = root.path().join(&key);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let data = dictionary_bomb(&topic, 8192, 200 << 10);
+    assert!(data.len() < 1 << 20, "{} bytes", data.len());
+    std::fs::write(&path, &data).unwrap();
+    let cfg = root.path().join("restore.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[limits]\nbuffer_memory = \"64MiB\"\n{}[restore]\ndirectory = \"arch\"\ntarget_prefix = \"bomb.\"\ncheckpoint = \"{}\"\n",
+            file_toml(root.path()),
+            root.path().join("cp.json").display()
+        ),
+    )
+    .unwrap();
+    let (code, stderr, peak) = run_measured(&["restore", "--config", cfg.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains(&key), "names the object: {stderr}");
+    assert!(stderr.contains("decodes to more than 64MiB"), "{stderr}");
+    // What a restore may hold for one object: its records up to the decode limit (64 MiB
+    // here), one batch of arrays (the bound caps it at the limit too) and the file; plus the
+    // process itself (runtime, librdkafka, allocator), under 64 MiB. Refused before decoding,
+    // it peaks near the process alone (48 MiB measured); without the bound, the reader's first
+    // batch alone is 3.2 GiB (4 GiB measured).
+    let bound = 2 * (64 << 20) + (128 << 20);
+    assert!(
+        peak <= bound,
+        "the restore peaked at {} MiB of resident memory (bound {} MiB)",
+        peak >> 20,
+        bound >> 20
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_target_that_refuses_writes_is_a_clear_failure() {
     let topic = unique("refuse");

@@ -125,6 +125,15 @@ impl Config {
         })
     }
 
+    /// Whether any store of this file is S3 (`[store]`, a task's, the restore's): they share
+    /// `[store]`'s S3 settings, region included.
+    pub fn uses_s3(&self) -> bool {
+        let s3 = |s: &StoreConfig| matches!(s.url, StoreUrl::S3 { .. });
+        s3(&self.store)
+            || self.tasks.iter().any(|t| s3(&t.store))
+            || self.restore.as_ref().is_some_and(|r| s3(&r.store))
+    }
+
     /// The configuration used when no file is given: local Kafka, `file://` archive.
     pub fn embedded_default() -> Self {
         match Self::from_toml("", "<embedded default>", |_| None) {
@@ -234,13 +243,55 @@ pub enum Credentials {
 /// S3 connection settings, shared by every bucket strata touches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct S3Settings {
-    pub region: String,
+    /// `store.region`; `None`: from the AWS environment (see [`S3Region`]).
+    pub region: Option<String>,
     pub endpoint: Option<String>,
     pub path_style: bool,
     pub credentials: Credentials,
     pub create_bucket: bool,
     pub part_size: ByteSize,
     pub max_attempts: u32,
+}
+
+/// The region S3 requests are signed for, and where it came from. The store finds it (it
+/// reads the environment, the AWS config files and the instance metadata service) when
+/// `store.region` is not set; `strata validate` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Region {
+    pub name: String,
+    pub source: RegionSource,
+}
+
+/// Where an [`S3Region`] came from, in the order they are looked at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegionSource {
+    /// `store.region`.
+    Config,
+    /// `AWS_REGION` or `AWS_DEFAULT_REGION`.
+    Env(&'static str),
+    /// A profile of the AWS config files (`AWS_PROFILE`, else `default`).
+    Profile(String),
+    /// The EC2 instance metadata service (not asked with a custom `store.endpoint`).
+    InstanceMetadata,
+    /// Nothing named one and `store.endpoint` is set: `us-east-1`, which S3-compatible stores
+    /// take whatever their own region.
+    EndpointDefault,
+}
+
+impl fmt::Display for S3Region {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (", self.name)?;
+        match &self.source {
+            RegionSource::Config => f.write_str("store.region"),
+            RegionSource::Env(var) => write!(f, "from {var}"),
+            RegionSource::Profile(p) => write!(f, "from profile {p:?} of the AWS config files"),
+            RegionSource::InstanceMetadata => f.write_str("from the EC2 instance metadata"),
+            RegionSource::EndpointDefault => {
+                f.write_str("default for a custom endpoint: none set anywhere")
+            }
+        }?;
+        f.write_str(")")
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -581,6 +632,9 @@ pub enum Partitioning {
     KeyHash,
 }
 
+/// The replication factor CreateTopics takes for "the broker's `default.replication.factor`".
+pub const BROKER_DEFAULT_REPLICATION: i32 = -1;
+
 /// A restore job: archives back into Kafka.
 #[derive(Debug, Clone)]
 pub struct RestoreConfig {
@@ -598,7 +652,9 @@ pub struct RestoreConfig {
     pub partitioning: Partitioning,
     pub create_topics: bool,
     pub partitions: Option<i32>,
-    pub replication_factor: i32,
+    /// Replicas of the topics restore creates (the `--exactly-once` progress topic included);
+    /// `None`: the target broker's `default.replication.factor`.
+    pub replication_factor: Option<i32>,
     pub rate_limit_bytes_per_sec: Option<f64>,
     pub checkpoint: Option<PathBuf>,
     pub skip_corrupt: bool,
@@ -608,6 +664,16 @@ pub struct RestoreConfig {
     /// `limits.buffer_memory`: archive objects held at once by their decoded size, and the
     /// most one object may decode to.
     pub memory_budget: ByteSize,
+}
+
+impl RestoreConfig {
+    /// The replication factor to create topics with: the configured one, else the broker's
+    /// default (as a production cluster's operator set it), never an unreplicated topic by
+    /// accident.
+    pub fn topic_replication(&self) -> i32 {
+        self.replication_factor
+            .unwrap_or(BROKER_DEFAULT_REPLICATION)
+    }
 }
 
 /// The tier service: the broker bridge's storage backend.

@@ -8,7 +8,8 @@ fn secret(s: &Secret) -> String {
 }
 
 /// A human summary of a validated configuration; safe to print and to paste into tickets.
-pub fn render_report(origin: &str, c: &Config) -> String {
+/// `region`: the S3 region as the store found it (`None` when it could not be found).
+pub fn render_report(origin: &str, c: &Config, region: Option<&S3Region>) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "{origin}: valid");
     let k = &c.kafka;
@@ -42,7 +43,15 @@ pub fn render_report(origin: &str, c: &Config) -> String {
     let _ = write!(o, "store: {}", c.store.url);
     if let StoreUrl::S3 { .. } = c.store.url {
         let s = &c.store.s3;
-        let _ = write!(o, " (region {}", s.region);
+        match (region, &s.region) {
+            (Some(r), _) => {
+                let _ = write!(o, " (region {r}");
+            }
+            (None, Some(r)) => {
+                let _ = write!(o, " (region {r} (store.region)");
+            }
+            (None, None) => o.push_str(" (region not found: see below"),
+        }
         if let Some(e) = &s.endpoint {
             let _ = write!(o, ", endpoint {e}");
         }
@@ -123,9 +132,12 @@ pub fn render_report(origin: &str, c: &Config) -> String {
         );
     }
     if let Some(r) = &c.restore {
+        let replicas = r
+            .replication_factor
+            .map_or("the broker's default".to_string(), |n| n.to_string());
         let _ = writeln!(
             o,
-            "restore: from {}/{}{} ({}) topics {} into {} (partitioning {:?})",
+            "restore: from {}/{}{} ({}) topics {} into {} (partitioning {:?}, new topics with replication factor {replicas})",
             r.store.url,
             r.directory.prefix(),
             r.time_directory

@@ -374,7 +374,7 @@ fn a_file_without_tasks_keeps_restores_own_guard_for_producer_settings() {
 #[test]
 fn report_never_shows_secrets() {
     let c = load(FULL).unwrap();
-    let report = render_report("test.toml", &c);
+    let report = render_report("test.toml", &c, None);
     for secret in ["hunter2-kafka", "TOPSECRETs3key", "AKIAEXAMPLEKEY"] {
         assert!(!report.contains(secret), "{secret} leaked:\n{report}");
     }
@@ -411,13 +411,38 @@ compression = "zstd"
 "#,
     )
     .unwrap();
+    let report = render_report("t.toml", &c, None);
     let r = c.restore.unwrap();
     assert_eq!(r.naming.target("cdc.orders"), "restored.cdc.orders");
+    // No replication_factor: created topics (and the exactly-once progress topic) take the
+    // broker's default.replication.factor, never an unreplicated topic on a real cluster.
+    assert_eq!(r.replication_factor, None);
+    assert_eq!(r.topic_replication(), -1);
+    assert!(
+        report.contains("new topics with replication factor the broker's default"),
+        "{report}"
+    );
     assert_eq!(r.partitioning, Partitioning::KeyHash);
     assert_eq!(r.kafka.bootstrap_servers, vec!["other:9092"]);
     assert_eq!(c.kafka.bootstrap_servers, vec![defaults::BOOTSTRAP]);
     assert_eq!(c.tier.chunk_size, ByteSize::mib(1));
     assert!(c.tier.compress_chunks);
+
+    let r = load("[restore]\nreplication_factor = 3\n")
+        .unwrap()
+        .restore
+        .unwrap();
+    assert_eq!(r.topic_replication(), 3);
+    for bad in ["0", "-1"] {
+        let found = issues(&format!("[restore]\nreplication_factor = {bad}\n"));
+        assert!(
+            found
+                .iter()
+                .any(|i| i.key == "restore.replication_factor"
+                    && i.message.contains("broker's default")),
+            "{bad}: {found:#?}"
+        );
+    }
 
     let found = issues("[restore]\nfrom = \"yesterday\"\n[tier]\nlisten = \"0.0.0.0:9190\"\n");
     assert!(found.iter().any(|i| i.key == "restore.from"), "{found:#?}");
@@ -458,7 +483,7 @@ max_requests = 8
     assert_eq!(t.socket_dir, Some(PathBuf::from("/run/strata-tier")));
     assert_eq!(t.max_requests, 8);
     assert!(!t.handoff);
-    let report = super::render_report("f.toml", &c);
+    let report = super::render_report("f.toml", &c, None);
     assert!(
         report.contains("/run/strata-tier/tier.sock (cache file handoff off)"),
         "{report}"

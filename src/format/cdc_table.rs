@@ -705,6 +705,36 @@ pub struct Fragment {
     pub change: Change<'static>,
 }
 
+impl Fragment {
+    /// Bytes this change adds to the record restored from it: its text and its values with
+    /// their column names, as the message's JSON holds them, and a record's bookkeeping (as
+    /// [`super::Record::heap_bytes`] counts it). What the decode limit counts, as for other
+    /// formats; the change itself takes up to about twice that until it becomes the record.
+    fn decoded_bytes(&self) -> u64 {
+        let c = &self.change;
+        let text = [
+            &c.time_raw,
+            &c.global_id,
+            &c.database,
+            &c.schema,
+            &c.logical_clock_raw,
+            &c.offset_json,
+        ]
+        .into_iter()
+        .flatten()
+        .map(|s| s.len())
+        .sum::<usize>();
+        let values = [&c.old_values, &c.new_values]
+            .into_iter()
+            .flatten()
+            .flat_map(|v| v.iter())
+            .map(|(k, v)| 8 + k.len() + v.as_ref().map_or(0, |v| v.len()))
+            .sum::<usize>();
+        let bytes = self.topic.len() + self.key.as_ref().map_or(0, Vec::len) + c.table.len();
+        (bytes + text + values + 96) as u64
+    }
+}
+
 /// Whether a Parquet object is a CDC table file (its footer says so).
 pub fn is_table_file(data: &bytes::Bytes) -> bool {
     parquet::file::reader::SerializedFileReader::new(data.clone()).is_ok_and(|r| {
@@ -729,14 +759,9 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
         TimestampMillisecondType,
     };
     use arrow_array::Array;
-    let builder = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(data)
+    let builder = super::parquet::reader_builder(&data)
         .map_err(|e| bad(format!("not a readable parquet file: {e}")))?;
-    let declared = builder.metadata().row_groups().iter().fold(0u64, |sum, g| {
-        sum.saturating_add(g.total_byte_size().max(0) as u64)
-    });
-    if declared > limit {
-        return Err(super::too_large(limit));
-    }
+    super::parquet_bound::check(&data, builder.metadata(), limit)?;
     let tz: Tz = builder
         .metadata()
         .file_metadata()
@@ -750,10 +775,11 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
             ))
         })?;
     let reader = builder
-        .with_batch_size(8192)
+        .with_batch_size(super::parquet::BATCH)
         .build()
         .map_err(|e| bad(format!("not a readable parquet file: {e}")))?;
     let mut out = Vec::new();
+    let mut decoded = 0u64;
     for batch in reader {
         let batch = batch.map_err(|e| bad(format!("parquet row batch: {e}")))?;
         let col = |name: &str| {
@@ -876,7 +902,7 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
                         .push(Cow::Owned(name.to_string()), None);
                 }
             }
-            out.push(Fragment {
+            let fragment = Fragment {
                 topic: topic
                     .as_string_opt::<i32>()
                     .ok_or_else(|| wrong("topic"))?
@@ -901,7 +927,14 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
                     new_values,
                     offset_json: meta(7)?.map(Cow::Owned),
                 },
-            });
+            };
+            // Column names repeat in every row's values: rows can be far larger than the
+            // arrays they came from, so they are counted too.
+            decoded += fragment.decoded_bytes();
+            if decoded > limit {
+                return Err(super::too_large(limit));
+            }
+            out.push(fragment);
         }
     }
     Ok(out)
@@ -1217,6 +1250,30 @@ mod tests {
         }
         assert_eq!(back[0].key.as_deref(), Some(&b"k"[..]));
         assert_eq!(back[0].timestamp, Some(5));
+    }
+
+    #[test]
+    fn decoding_stops_at_the_limit_when_rows_outgrow_their_file() {
+        // A column name of 2000 bytes is in the file once; every row's values repeat it. Its
+        // values are small integers: 8192 rows are a few KiB of Parquet and 16 MiB of changes.
+        let name = "c".repeat(2000);
+        let types = BTreeMap::from([(name.clone(), ColumnType::Int)]);
+        let compression = super::super::Compression::Snappy;
+        let mut s = TableBuilder::new(types, Tz::UTC, compression, Room::default());
+        let msg = format!(r#"[{{"TABLE":"t","TYPE":"I","NEW_VALUES":{{"{name}":"1"}}}}]"#);
+        for i in 0..8192 {
+            for (p, c) in rows(&msg, i) {
+                s.append(&p, &c).unwrap();
+            }
+        }
+        let data = s.finish().unwrap().0.to_bytes();
+        assert!(data.len() < 64 << 10, "{} bytes", data.len());
+        let err = match decode(data.clone(), 4 << 20) {
+            Ok(f) => panic!("{} changes decoded within 4 MiB", f.len()),
+            Err(e) => e,
+        };
+        assert!(err.message.contains("decodes to more than 4MiB"), "{err}");
+        assert_eq!(decode(data, 1 << 30).unwrap().len(), 8192);
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod cdc_parse;
 pub mod cdc_table;
 mod jsonl;
 mod parquet;
+mod parquet_bound;
 mod sink;
 mod text;
 

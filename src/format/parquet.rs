@@ -277,20 +277,34 @@ fn bytes_at(a: &dyn Array, name: &str, i: usize) -> Result<Option<Vec<u8>>, Deco
     Ok(b.is_valid(i).then(|| b.value(i).to_vec()))
 }
 
+/// Rows per decoded batch. The bound checked before decoding caps a batch's bytes (a batch is
+/// at most the whole file), so this only sets the per-batch overhead against the arrays held
+/// at once: 8192 rows of typical records are a few MiB.
+pub(super) const BATCH: usize = 8192;
+
+/// A reader of a whole file in memory that reads the pages the way [`super::parquet_bound`]
+/// walked them: one after another from each column chunk's start, never through an offset
+/// index (which could point elsewhere).
+pub(super) fn reader_builder(
+    data: &Bytes,
+) -> parquet::errors::Result<ParquetRecordBatchReaderBuilder<Bytes>> {
+    use parquet::arrow::arrow_reader::ArrowReaderOptions;
+    use parquet::file::metadata::PageIndexPolicy;
+    ParquetRecordBatchReaderBuilder::try_new_with_options(
+        data.clone(),
+        ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Skip),
+    )
+}
+
 pub(super) fn decode(data: Bytes, limit: u64) -> Result<Vec<Record>, DecodeError> {
     let perr = |e: parquet::errors::ParquetError| {
         DecodeError::new(None, format!("not a readable parquet file: {e}"))
     };
-    let builder = ParquetRecordBatchReaderBuilder::try_new(data).map_err(perr)?;
-    // The footer states the uncompressed size; refuse early when it is over the limit, and
-    // count what is decoded in case the footer lies.
-    let declared = builder.metadata().row_groups().iter().fold(0u64, |sum, g| {
-        sum.saturating_add(g.total_byte_size().max(0) as u64)
-    });
-    if declared > limit {
-        return Err(super::too_large(limit));
-    }
-    let reader = builder.with_batch_size(8192).build().map_err(perr)?;
+    let builder = reader_builder(&data).map_err(perr)?;
+    // Nothing is decoded before the page headers and dictionaries say the whole file fits;
+    // records are still counted as they are built (the bound counts arrays, not records).
+    super::parquet_bound::check(&data, builder.metadata(), limit)?;
+    let reader = builder.with_batch_size(BATCH).build().map_err(perr)?;
     let mut records = Vec::new();
     let mut decoded = 0u64;
     for batch in reader {

@@ -73,7 +73,8 @@ pub fn parse_marker(fingerprint: &str, key: &[u8], value: &[u8]) -> Option<(Stri
     Some((object.to_string(), m))
 }
 
-/// Creates the progress topic when missing.
+/// Creates the progress topic when missing, with `replication` replicas (-1: the broker's
+/// default, as for the restored topics).
 pub async fn ensure_progress_topic(admin: &Admin, replication: i32) -> Result<(), RestoreError> {
     admin
         .create_topic(

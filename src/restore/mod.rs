@@ -491,10 +491,9 @@ async fn prepare_targets(
             }
             None => {
                 let n = plan::partitions_to_create(cfg.partitions, [source_max]);
-                tracing::info!(topic = %target, partitions = n, replication_factor = cfg.replication_factor, "creating target topic");
-                admin
-                    .create_topic(&target, n, cfg.replication_factor, &[])
-                    .await?;
+                let replication = cfg.topic_replication();
+                tracing::info!(topic = %target, partitions = n, replication_factor = replication, "creating target topic (-1: the broker's default)");
+                admin.create_topic(&target, n, replication, &[]).await?;
                 wait_for_topic(&admin, &target, n, &servers).await?;
                 n
             }
@@ -556,7 +555,7 @@ async fn eos_setup(
     let admin = tokio::task::spawn_blocking(move || Admin::connect(&kafka))
         .await
         .map_err(|e| RestoreError::Internal(e.to_string()))??;
-    eos::ensure_progress_topic(&admin, cfg.replication_factor).await?;
+    eos::ensure_progress_topic(&admin, cfg.topic_replication()).await?;
     let (kafka, fp) = (cfg.kafka.clone(), fingerprint.to_string());
     tokio::task::spawn_blocking(move || {
         let mut producers = Vec::with_capacity(WORKERS);

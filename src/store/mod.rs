@@ -2,6 +2,7 @@
 //! (`s3` via aws-sdk-s3, `fs` for `file://`). A successful `put` means the object is durable
 //! and replaced atomically; `delete` of a missing object succeeds.
 
+mod aws_env;
 mod chunks;
 mod fs;
 mod s3;
@@ -17,6 +18,7 @@ pub fn write_in_pieces(f: &mut impl std::io::Write, data: &[u8]) -> std::io::Res
         .try_for_each(|piece| f.write_all(piece))
 }
 
+pub use aws_env::resolve_region;
 pub use fs::FsStore;
 pub use s3::S3Store;
 

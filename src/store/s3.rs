@@ -1,20 +1,25 @@
 //! S3 backend (AWS S3 or a compatible store such as LocalStack or MinIO). Large objects go up
 //! in multipart uploads. Bodies go up unsigned with a CRC32C checksum the store verifies; the SDK
 //! adds no other checksums (S3-compatible stores differ in which they accept). Error messages
-//! are scrubbed of the configured credentials.
+//! name the fix (a bucket in another region, no credentials anywhere), carry no SDK debug
+//! output, and are scrubbed of the configured credentials.
 
 use super::chunks::Chunks;
 use super::{
     check_key, ErrorKind, Finish, Finished, Incomplete, MultipartUpload, ObjectMeta, ObjectStore,
     StoreError,
 };
-use crate::config::{Credentials, S3Settings};
+use crate::config::{Credentials, S3Region, S3Settings};
 use async_trait::async_trait;
+use aws_credential_types::provider::error::CredentialsError;
+use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
-use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
-use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::config::{
+    Region, RequestChecksumCalculation, ResponseChecksumValidation, SharedHttpClient,
+};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
 use aws_sdk_s3::Client;
 use bytes::Bytes;
@@ -30,10 +35,21 @@ pub struct S3Store {
     prefix: String,
     part_size: usize,
     create_bucket: bool,
-    region: String,
+    region: S3Region,
     endpoint: String,
     /// Credential values to scrub from any message that reaches a user.
     secrets: Arc<Vec<String>>,
+    /// Where the SDK's chain looks for credentials (`None`: they are in the config), for the
+    /// error when it finds none.
+    credential_sources: Option<Arc<String>>,
+}
+
+/// What [`S3Store::build`] takes other than the config: the test seams.
+#[derive(Default)]
+struct Wiring {
+    http: Option<SharedHttpClient>,
+    /// Replaces the SDK's default credential chain.
+    credentials: Option<SharedCredentialsProvider>,
 }
 
 impl std::fmt::Debug for S3Store {
@@ -47,28 +63,60 @@ impl std::fmt::Debug for S3Store {
 }
 
 impl S3Store {
+    /// A client of `bucket` with the region `store.region` names, or the AWS environment's.
     pub async fn connect(
         s: &S3Settings,
         bucket: String,
         prefix: String,
     ) -> Result<Self, StoreError> {
+        let region = super::aws_env::resolve_region(s).await.map_err(|m| {
+            StoreError::new(
+                ErrorKind::InvalidInput,
+                format!("s3://{bucket}/{prefix}"),
+                m,
+            )
+        })?;
+        Self::build(s, bucket, prefix, region, Wiring::default()).await
+    }
+
+    async fn build(
+        s: &S3Settings,
+        bucket: String,
+        prefix: String,
+        region: S3Region,
+        wiring: Wiring,
+    ) -> Result<Self, StoreError> {
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .region(Region::new(s.region.clone()));
+            .region(Region::new(region.name.clone()));
+        if let Some(http) = wiring.http {
+            loader = loader.http_client(http);
+        }
         let mut secrets = Vec::new();
-        if let Credentials::Static {
-            access_key,
-            secret_key,
-        } = &s.credentials
-        {
-            secrets.push(access_key.expose().to_string());
-            secrets.push(secret_key.expose().to_string());
-            loader = loader.credentials_provider(aws_sdk_s3::config::Credentials::new(
-                access_key.expose(),
-                secret_key.expose(),
-                None,
-                None,
-                "strata-config",
-            ));
+        let mut credential_sources = None;
+        match (&s.credentials, wiring.credentials) {
+            (
+                Credentials::Static {
+                    access_key,
+                    secret_key,
+                },
+                _,
+            ) => {
+                secrets.push(access_key.expose().to_string());
+                secrets.push(secret_key.expose().to_string());
+                loader = loader.credentials_provider(aws_sdk_s3::config::Credentials::new(
+                    access_key.expose(),
+                    secret_key.expose(),
+                    None,
+                    None,
+                    "strata-config",
+                ));
+            }
+            (Credentials::DefaultChain, replaced) => {
+                credential_sources = Some(Arc::new(super::aws_env::process_credential_sources()));
+                if let Some(c) = replaced {
+                    loader = loader.credentials_provider(c);
+                }
+            }
         }
         let shared = loader.load().await;
         let mut b = aws_sdk_s3::config::Builder::from(&shared)
@@ -102,12 +150,13 @@ impl S3Store {
             prefix,
             part_size: s.part_size.bytes() as usize,
             create_bucket: s.create_bucket,
-            region: s.region.clone(),
             endpoint: s
                 .endpoint
                 .clone()
-                .unwrap_or_else(|| format!("AWS S3 ({})", s.region)),
+                .unwrap_or_else(|| format!("AWS S3 ({})", region.name)),
+            region,
             secrets: Arc::new(secrets),
+            credential_sources,
         })
     }
 
@@ -140,19 +189,32 @@ impl S3Store {
     where
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
+        if let Some(c) = credentials_failure(&e) {
+            return self.no_credentials(key, op, c);
+        }
         let status = match &e {
             SdkError::ServiceError(_) => e.raw_response().map(|r| r.status().as_u16()),
             _ => None,
         };
         let code = e.code().unwrap_or_default().to_string();
         // A service error's code and message say it all; the SDK's full context would add the
-        // raw response (headers, body) to every message.
+        // raw response (headers, body) to every message, and its debug form whole structures.
         let detail = match (&e, e.code(), e.message()) {
             (SdkError::ServiceError(_), Some(c), Some(m)) => format!("{c}: {m}"),
             (SdkError::ServiceError(_), Some(c), None) => c.to_string(),
-            _ => DisplayErrorContext(&e).to_string(),
+            (SdkError::ServiceError(_), None, _) => {
+                format!("HTTP {}", status.unwrap_or_default())
+            }
+            _ => error_chain(&e),
         };
         let detail = self.scrub(detail);
+        if let Some(wrong) = wrong_region(&code, status, &e) {
+            return StoreError::new(
+                ErrorKind::Rejected,
+                self.location(key),
+                format!("{op} failed: {} ({detail})", self.region_hint(wrong)),
+            );
+        }
         let failure = match &e {
             SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => Failure::Network,
             SdkError::ServiceError(_) => Failure::Service,
@@ -183,6 +245,47 @@ impl S3Store {
             kind,
             self.location(key),
             format!("{op} failed: {hint} ({detail})"),
+        )
+    }
+
+    /// What to do about a bucket in another region than the one requests are signed for.
+    fn region_hint(&self, wrong: WrongRegion) -> String {
+        match wrong.bucket_region {
+            Some(r) => format!(
+                "bucket {:?} is in region {r}, and strata signs its requests for {}; set \
+                 store.region = {r:?}",
+                self.bucket, self.region
+            ),
+            None => format!(
+                "bucket {:?} is not in region {}; set store.region to the bucket's region",
+                self.bucket, self.region
+            ),
+        }
+    }
+
+    /// The SDK's chain found no credentials (or a source of it failed).
+    fn no_credentials(&self, key: &str, op: &str, e: &CredentialsError) -> StoreError {
+        // A source that took too long may answer next time; the others will not change.
+        let kind = match e {
+            CredentialsError::ProviderTimedOut(_) => ErrorKind::Unreachable,
+            _ => ErrorKind::Unauthorized,
+        };
+        let tried = self
+            .credential_sources
+            .as_deref()
+            .map_or("the AWS default credential chain", String::as_str);
+        // The chain's own message ("an error occurred while loading credentials") adds
+        // nothing; its source is what the last source tried said.
+        let said = std::error::Error::source(e).map_or_else(|| e.to_string(), error_chain);
+        StoreError::new(
+            kind,
+            self.location(key),
+            format!(
+                "{op} failed: no AWS credentials found; strata tried {tried}; set \
+                 store.access_key and store.secret_key, or provide credentials in one of these \
+                 (the last source said: {})",
+                self.scrub(said)
+            ),
         )
     }
 
@@ -474,11 +577,11 @@ impl ObjectStore for S3Store {
                 ));
             }
             let mut req = self.client.create_bucket().bucket(&self.bucket);
-            if self.region != "us-east-1" {
+            if self.region.name != "us-east-1" {
                 req = req.create_bucket_configuration(
                     aws_sdk_s3::types::CreateBucketConfiguration::builder()
                         .location_constraint(aws_sdk_s3::types::BucketLocationConstraint::from(
-                            self.region.as_str(),
+                            self.region.name.as_str(),
                         ))
                         .build(),
                 );
@@ -501,6 +604,76 @@ impl ObjectStore for S3Store {
     }
 }
 
+/// The messages of an error and its sources, joined: what each layer says, without the debug
+/// dump of the SDK's structures (`DisplayErrorContext` appends one).
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(e);
+    while let Some(err) = next {
+        let text = err.to_string();
+        if !text.is_empty() && !parts.last().is_some_and(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = err.source();
+    }
+    parts.join(": ")
+}
+
+/// The credential chain's error, when that is why a request was not sent.
+fn credentials_failure<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a CredentialsError> {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(c) = err.downcast_ref::<CredentialsError>() {
+            return Some(c);
+        }
+        next = err.source();
+    }
+    None
+}
+
+/// An answer that says the bucket is in another region than the one requests are signed for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct WrongRegion {
+    /// The bucket's region, when S3 said it (`x-amz-bucket-region`, or the message of
+    /// `AuthorizationHeaderMalformed`).
+    bucket_region: Option<String>,
+}
+
+/// S3 answers a request signed for the wrong region with 301 `PermanentRedirect` (no body for
+/// HEAD) or 400 `AuthorizationHeaderMalformed`; both name the bucket's region. Neither heals by
+/// sending again.
+fn wrong_region<E: ProvideErrorMetadata>(
+    code: &str,
+    status: Option<u16>,
+    e: &SdkError<E, HttpResponse>,
+) -> Option<WrongRegion> {
+    let header = e
+        .raw_response()
+        .and_then(|r| r.headers().get("x-amz-bucket-region"))
+        .map(str::to_string);
+    let in_message = || {
+        // "... the region 'us-east-1' is wrong; expecting 'eu-west-1'"
+        let m = e.message()?;
+        let (_, rest) = m.split_once("expecting '")?;
+        let (r, _) = rest.split_once('\'')?;
+        Some(r.to_string())
+    };
+    match (code, status) {
+        ("PermanentRedirect", _) | (_, Some(301)) => Some(WrongRegion {
+            bucket_region: header.or_else(in_message),
+        }),
+        ("AuthorizationHeaderMalformed", _) => {
+            let r = header.or_else(in_message)?;
+            Some(WrongRegion {
+                bucket_region: Some(r),
+            })
+        }
+        _ => None,
+    }
+}
+
 /// How a request failed before its answer was classified.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Failure {
@@ -516,6 +689,10 @@ fn classify(failure: Failure, code: &str, status: Option<u16>) -> ErrorKind {
         Failure::Other => ErrorKind::Service,
         Failure::Service => match (code, status) {
             ("NoSuchBucket", _) => ErrorKind::NoSuchBucket,
+            // The bucket is in another region: the same request gets the same redirect.
+            ("PermanentRedirect" | "AuthorizationHeaderMalformed", _) | (_, Some(301)) => {
+                ErrorKind::Rejected
+            }
             ("NoSuchKey" | "NotFound", _) | (_, Some(404)) => ErrorKind::NotFound,
             (
                 "InvalidAccessKeyId"
@@ -605,7 +782,7 @@ async fn abort_upload(store: &S3Store, key: &str, full: &str, upload_id: &str) {
             || e.raw_response()
                 .is_some_and(|r| r.status().is_server_error());
         if !transient || attempt >= ABORT_ATTEMPTS {
-            tracing::warn!(object = %store.location(key), error = %store.scrub(DisplayErrorContext(&e).to_string()), "abort of a multipart upload failed; it is removed at the next start, or by a lifecycle rule for incomplete uploads");
+            tracing::warn!(object = %store.location(key), error = %store.scrub(error_chain(&e)), "abort of a multipart upload failed; it is removed at the next start, or by a lifecycle rule for incomplete uploads");
             return;
         }
         tokio::time::sleep(pause).await;
@@ -824,5 +1001,212 @@ mod tests {
         assert_eq!(svc("OperationAborted", Some(409)), Service);
         assert_eq!(svc("", Some(429)), Service);
         assert_eq!(svc("InternalError", Some(500)), Service);
+        assert_eq!(svc("PermanentRedirect", Some(301)), Rejected);
+        assert_eq!(
+            svc("", Some(301)),
+            Rejected,
+            "HEAD answers have no error body"
+        );
+        assert_eq!(svc("AuthorizationHeaderMalformed", Some(400)), Rejected);
+        assert_eq!(
+            svc("TemporaryRedirect", Some(307)),
+            Service,
+            "a new bucket's DNS catching up"
+        );
+    }
+
+    use crate::config::{ByteSize, RegionSource, Secret};
+    use aws_smithy_runtime_api::client::http::{
+        HttpClient, HttpConnector, HttpConnectorFuture, HttpConnectorSettings, SharedHttpConnector,
+    };
+    use aws_smithy_runtime_api::client::orchestrator::HttpRequest;
+    use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+    use aws_smithy_runtime_api::http::StatusCode;
+    use aws_smithy_types::body::SdkBody;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// The SDK's HTTP client replaced by one canned answer; counts the requests it got.
+    #[derive(Debug, Clone)]
+    struct Canned {
+        status: u16,
+        headers: Vec<(&'static str, &'static str)>,
+        body: &'static str,
+        calls: Arc<AtomicUsize>,
+    }
+
+    impl HttpConnector for Canned {
+        fn call(&self, _: HttpRequest) -> HttpConnectorFuture {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let status = StatusCode::try_from(self.status).expect("a valid status");
+            let mut r = HttpResponse::new(status, SdkBody::from(self.body));
+            for (k, v) in &self.headers {
+                r.headers_mut().insert(*k, *v);
+            }
+            HttpConnectorFuture::ready(Ok(r))
+        }
+    }
+
+    impl HttpClient for Canned {
+        fn http_connector(
+            &self,
+            _: &HttpConnectorSettings,
+            _: &RuntimeComponents,
+        ) -> SharedHttpConnector {
+            SharedHttpConnector::new(self.clone())
+        }
+    }
+
+    fn settings(credentials: Credentials) -> S3Settings {
+        S3Settings {
+            region: None,
+            endpoint: None,
+            path_style: false,
+            credentials,
+            create_bucket: false,
+            part_size: ByteSize::mib(5),
+            max_attempts: 3,
+        }
+    }
+
+    fn test_keys() -> Credentials {
+        Credentials::Static {
+            access_key: Secret::new("AKIATEST".into(), "inline"),
+            secret_key: Secret::new("not-a-secret".into(), "inline"),
+        }
+    }
+
+    /// A store of bucket "logs" signing for us-east-1 (as `AWS_REGION` said) whose every
+    /// request gets `answer`.
+    async fn store_answering(answer: &Canned, credentials: Wiring) -> S3Store {
+        let region = S3Region {
+            name: "us-east-1".into(),
+            source: RegionSource::Env("AWS_REGION"),
+        };
+        let creds = match credentials.credentials {
+            Some(_) => Credentials::DefaultChain,
+            None => test_keys(),
+        };
+        let wiring = Wiring {
+            http: Some(SharedHttpClient::new(answer.clone())),
+            ..credentials
+        };
+        S3Store::build(&settings(creds), "logs".into(), "p".into(), region, wiring)
+            .await
+            .unwrap()
+    }
+
+    fn answer(
+        status: u16,
+        headers: Vec<(&'static str, &'static str)>,
+        body: &'static str,
+    ) -> Canned {
+        Canned {
+            status,
+            headers,
+            body,
+            calls: Arc::new(AtomicUsize::new(0)),
+        }
+    }
+
+    const REDIRECT: &str = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>PermanentRedirect</Code><Message>The bucket you are attempting to access must be addressed using the specified endpoint. Please send all future requests to this endpoint.</Message><Endpoint>logs.s3.eu-west-1.amazonaws.com</Endpoint><Bucket>logs</Bucket><RequestId>R</RequestId><HostId>H</HostId></Error>";
+
+    #[tokio::test]
+    async fn a_bucket_in_another_region_is_an_immediate_error_naming_it() {
+        let region_header = ("x-amz-bucket-region", "eu-west-1");
+        // GET: 301 with S3's error body; HEAD: the same status and header, no body.
+        let get = answer(
+            301,
+            vec![region_header, ("content-type", "application/xml")],
+            REDIRECT,
+        );
+        let store = store_answering(&get, Wiring::default()).await;
+        let err = store
+            .get("2026/t+0+00000000000000000000.jsonl")
+            .await
+            .unwrap_err();
+        let head = answer(301, vec![region_header], "");
+        let headed = store_answering(&head, Wiring::default()).await;
+        let head_err = headed.head("k").await.unwrap_err();
+        for (e, calls) in [(&err, &get.calls), (&head_err, &head.calls)] {
+            assert_eq!(e.kind, ErrorKind::Rejected, "{e}");
+            assert!(!e.is_transient(), "{e}");
+            let m = e.to_string();
+            for part in [
+                "bucket \"logs\" is in region eu-west-1",
+                "signs its requests for us-east-1 (from AWS_REGION)",
+                "set store.region = \"eu-west-1\"",
+            ] {
+                assert!(m.contains(part), "{part:?} in {m}");
+            }
+            assert_eq!(
+                calls.load(Ordering::SeqCst),
+                1,
+                "sent once, not retried: {m}"
+            );
+        }
+        // A signature for the wrong region: 400 with the region in the message only.
+        let malformed = answer(
+            400,
+            vec![],
+            "<Error><Code>AuthorizationHeaderMalformed</Code><Message>The authorization header is malformed; the region 'us-east-1' is wrong; expecting 'ap-south-1'</Message><Region>ap-south-1</Region></Error>",
+        );
+        let e = store_answering(&malformed, Wiring::default())
+            .await
+            .get("k")
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Rejected, "{e}");
+        assert!(
+            e.message.contains("set store.region = \"ap-south-1\""),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
+    async fn no_credentials_anywhere_says_so_and_where_it_looked() {
+        use aws_credential_types::provider::future::ProvideCredentials as Future;
+        use aws_credential_types::provider::ProvideCredentials;
+        #[derive(Debug)]
+        struct Nowhere;
+        impl ProvideCredentials for Nowhere {
+            fn provide_credentials<'a>(&'a self) -> Future<'a>
+            where
+                Self: 'a,
+            {
+                Future::ready(Err(CredentialsError::not_loaded(
+                    "no providers in chain provided credentials",
+                )))
+            }
+        }
+        let never = answer(200, vec![], "");
+        let wiring = Wiring {
+            http: None,
+            credentials: Some(SharedCredentialsProvider::new(Nowhere)),
+        };
+        let store = store_answering(&never, wiring).await;
+        let e = store.get("k").await.unwrap_err();
+        let m = e.to_string();
+        assert_eq!(e.kind, ErrorKind::Unauthorized, "{m}");
+        assert!(!e.is_transient());
+        for part in [
+            "no AWS credentials found",
+            "store.access_key and store.secret_key (not set)",
+            "AWS_ACCESS_KEY_ID",
+            "web identity",
+            "EC2 instance metadata",
+            "no providers in chain provided credentials",
+        ] {
+            assert!(m.contains(part), "{part:?} in {m}");
+        }
+        for debug in [
+            "cannot reach",
+            "store.endpoint",
+            "DispatchFailure",
+            "ConnectorError",
+            "{",
+        ] {
+            assert!(!m.contains(debug), "{debug:?} in {m}");
+        }
+        assert_eq!(never.calls.load(Ordering::SeqCst), 0, "nothing was sent");
     }
 }

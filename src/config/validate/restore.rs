@@ -100,9 +100,12 @@ pub(super) fn restore(
             cx.push("restore.partitions", "must be at least 1");
         }
     }
-    let replication_factor = raw.replication_factor.unwrap_or(1);
-    if replication_factor < 1 {
-        cx.push("restore.replication_factor", "must be at least 1");
+    let replication_factor = raw.replication_factor;
+    if replication_factor.is_some_and(|r| r < 1) {
+        cx.push(
+            "restore.replication_factor",
+            "must be at least 1; leave it out for the broker's default.replication.factor",
+        );
     }
     let rate = raw.rate_limit_mib_per_sec;
     if rate.is_some_and(|r| !(r > 0.0 && r.is_finite())) {

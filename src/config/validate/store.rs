@@ -86,6 +86,15 @@ pub(super) fn store(cx: &mut Ctx<'_>, raw: RawStore) -> StoreConfig {
             format!("{part_size} is outside S3's multipart limits; use 5MiB to 5GiB"),
         );
     }
+    let region = cx.text("store.region", &raw.region);
+    if let Some(r) = &region {
+        if r.is_empty() || r.contains(char::is_whitespace) {
+            cx.push(
+                "store.region",
+                format!("{r:?} is not a region name such as \"eu-west-1\"; leave it out to take the AWS environment's"),
+            );
+        }
+    }
     let max_attempts = raw.max_attempts.unwrap_or(defaults::MAX_ATTEMPTS);
     if max_attempts == 0 {
         cx.push("store.max_attempts", "must be at least 1");
@@ -93,9 +102,7 @@ pub(super) fn store(cx: &mut Ctx<'_>, raw: RawStore) -> StoreConfig {
     StoreConfig {
         url,
         s3: S3Settings {
-            region: cx
-                .text("store.region", &raw.region)
-                .unwrap_or_else(|| "us-east-1".to_string()),
+            region,
             path_style: raw.path_style.unwrap_or(endpoint.is_some()),
             endpoint,
             credentials,
