@@ -507,7 +507,7 @@ fn tier_cache_dir_is_resolved_and_normalised() {
     let cwd = std::env::current_dir().unwrap();
     let c = load("[tier]\ncache_dir = \"cache/./chunks/\"\n").unwrap();
     assert_eq!(c.tier.cache_dir, Some(cwd.join("cache/chunks")));
-    let report = super::render_report("f.toml", &c);
+    let report = super::render_report("f.toml", &c, None);
     assert!(
         report.contains(&format!("in {}", cwd.join("cache/chunks").display())),
         "the report names the resolved directory: {report}"
