@@ -6,13 +6,18 @@ mod overrides;
 mod raw;
 mod report;
 mod secret;
-mod size;
 mod validate;
 
+pub use crate::size::ByteSize;
 pub use overrides::RestoreOverrides;
 pub use report::render_report;
 pub use secret::{expand, ExpandError, Secret};
-pub use size::ByteSize;
+
+/// Topics that are never replicated: Kafka's and tools' internal topics (`__consumer_offsets`,
+/// `__transaction_state`), MirrorMaker 2's and strata's bookkeeping (`*.internal`).
+pub fn never_replicated(topic: &str) -> bool {
+    topic.starts_with("__") || topic.ends_with("internal")
+}
 
 use crate::format::{FormatSpec, TextOptions};
 use crate::layout::{DumpDir, TimeDirFormat};

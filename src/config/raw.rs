@@ -1,7 +1,7 @@
 //! The TOML file as written, before validation. Every table keeps the keys it does not know in
 //! `unknown`, so validation can report all of them at once (with a "did you mean").
 
-use super::size::RawSize;
+use crate::size::RawSize;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 

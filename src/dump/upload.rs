@@ -159,7 +159,7 @@ async fn upload_object(
                         Ok(u) => u,
                         Err(e) => return Outcome::Failed(e),
                     };
-                    // In pieces, as parts of a record object go (see `store::WRITE_PIECE`).
+                    // In pieces, as parts of a record object go (see `io::WRITE_PIECE`).
                     for piece in pieces {
                         if let Err(e) = u.write(piece).await {
                             return Outcome::Failed(e);

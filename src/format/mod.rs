@@ -397,7 +397,7 @@ pub struct Pieces {
 }
 
 /// The size of a [`Pieces`] piece: the store's write piece, so no piece is cut again.
-pub const PIECE: usize = crate::store::WRITE_PIECE;
+pub const PIECE: usize = crate::io::WRITE_PIECE;
 
 impl Pieces {
     /// Bytes written.
@@ -679,7 +679,7 @@ fn too_large(limit: u64) -> DecodeError {
             "decodes to more than {} (the larger of limits.buffer_memory and 16 times the \
              object's size: a restore's memory for one object); if the object is genuine, raise \
              limits.buffer_memory",
-            crate::config::ByteSize(limit)
+            crate::size::ByteSize(limit)
         ),
     )
 }

@@ -7,18 +7,9 @@ mod chunks;
 mod fs;
 mod s3;
 
-/// Largest single `write` to a local file: one write of a few MiB costs many times the kernel
-/// time per byte of 256 KiB writes on the page cache of the VMs measured (`dd` of 1 GiB: 8 s of
-/// system time in 4 MiB writes, 0.3 s in 256 KiB ones), so big buffers go down in pieces.
-pub const WRITE_PIECE: usize = 256 << 10;
-
-/// Writes all of `data` to a local file in [`WRITE_PIECE`]s.
-pub fn write_in_pieces(f: &mut impl std::io::Write, data: &[u8]) -> std::io::Result<()> {
-    data.chunks(WRITE_PIECE)
-        .try_for_each(|piece| f.write_all(piece))
-}
-
+pub use crate::io::{write_in_pieces, WRITE_PIECE};
 pub use aws_env::resolve_region;
+
 pub use fs::FsStore;
 pub use s3::S3Store;
 

@@ -15,9 +15,9 @@ pub(super) use kafka::OWNED_PROPERTIES;
 
 use super::raw::*;
 use super::secret::{self, Secret};
-use super::size::RawSize;
 use super::*;
 use crate::format::{Delimiter, FormatKind, FormatSpec, TextOptions};
+use crate::size::RawSize;
 
 /// Parses TOML text; syntax and type errors give the line and column, without echoing values.
 pub(super) fn parse(text: &str, origin: &str) -> Result<RawConfig, ConfigError> {

@@ -162,10 +162,7 @@ pub(super) fn task(cx: &mut Ctx<'_>, k: &str, raw: &RawTask) -> Option<Replicate
     }
     let topics = super::topic_selector(cx, k, &raw.topics, &raw.topic_regex, true);
     if let Some(TopicSelector::List(list)) = &topics {
-        for t in list
-            .iter()
-            .filter(|t| crate::replicate::never_replicated(t))
-        {
+        for t in list.iter().filter(|t| crate::config::never_replicated(t)) {
             cx.push(key("topics"), format!("{t:?} is an internal topic (a name starting with \"__\" or ending in \"internal\"); those are never replicated"));
         }
     }
