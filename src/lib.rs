@@ -5,6 +5,7 @@
 //! (the storage companion of brokers' tiered storage). `kafka::source` is the one consumer
 //! loop under dump and replicate.
 
+pub mod cdc;
 pub mod config;
 pub mod dump;
 pub mod fatal;

@@ -8,6 +8,7 @@ mod report;
 mod secret;
 mod validate;
 
+pub use crate::cdc::{CdcOptions, OnMalformed};
 pub use crate::size::ByteSize;
 pub use overrides::RestoreOverrides;
 pub use report::render_report;
@@ -581,36 +582,6 @@ pub struct DumpTask {
     /// `[tasks.cdc]`: values are change-data-capture messages, archived as one table per
     /// source table.
     pub cdc: Option<CdcOptions>,
-}
-
-/// What a CDC task does with a message that is not CDC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnMalformed {
-    /// Stored as it came under `<dir>/_errors/`, and counted.
-    Keep,
-    /// The task stops with an error naming the message's offset.
-    Fail,
-}
-
-impl OnMalformed {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Keep => "keep",
-            Self::Fail => "fail",
-        }
-    }
-}
-
-/// How a CDC task reads its messages (`../shared/spec/cdc-format.md`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CdcOptions {
-    /// The zone `TIME` (`yyyyMMddHHmmss`, no offset) is written in.
-    pub time_zone: Tz,
-    /// `GLOBAL_ID`s remembered per partition to tell repeats apart.
-    pub repeat_window: usize,
-    pub on_malformed: OnMalformed,
-    /// Declared column types, by table directory (`db.schema.table`) and column.
-    pub types: BTreeMap<String, BTreeMap<String, crate::format::cdc::ColumnType>>,
 }
 
 /// Where restored records go when no explicit mapping names a topic.

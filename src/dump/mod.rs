@@ -9,7 +9,6 @@
 //! within a task between the stages.
 
 mod budget;
-pub mod cdc;
 pub(crate) mod index;
 mod once;
 pub mod params;
@@ -36,7 +35,7 @@ pub struct Summary {
     pub records: u64,
     pub bytes: u64,
     /// CDC tasks: messages, changes, repeats, malformed and verbatim messages stored.
-    pub cdc: cdc::Counts,
+    pub cdc: crate::cdc::Counts,
     /// `--once`: every partition of the task's topics, from where to where, and who covered it.
     pub partitions: Vec<PartitionReport>,
     /// Offsets retention deleted before they were archived, found by this run.
@@ -148,7 +147,7 @@ pub enum DumpError {
     Malformed {
         task: String,
         topic: String,
-        source: cdc::MalformedAt,
+        source: crate::cdc::MalformedAt,
     },
 }
 

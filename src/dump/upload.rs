@@ -14,7 +14,7 @@
 
 use super::index::{self, PartitionIndex, Place, Seal};
 use super::start::{self, Facts, Gap, Plan, Refusal};
-use super::writer::{ObjectEnd, Opened, ToObject, WindowRequest};
+use super::writer::{ObjectEnd, Opened, StateRequest, ToObject};
 use super::{DumpError, Fatal, Tp};
 use crate::config::StartOffset;
 use crate::layout::DumpDir;
@@ -98,10 +98,11 @@ enum Outcome {
         took: Duration,
         _held: Option<super::budget::Permit>,
     },
-    /// A CDC bundle's uploads (every file written, none finished) and its window state.
+    /// A bundle's uploads (every file written, none finished) and its state.
     Bundle {
         uploads: Vec<(String, Box<dyn MultipartUpload>)>,
-        window: (String, Vec<u8>),
+        state: (String, Vec<u8>),
+        state_prefix: String,
         end: ObjectEnd,
         took: Duration,
         _held: Option<super::budget::Permit>,
@@ -167,15 +168,16 @@ async fn upload_object(
                     }
                     uploads.push((file, u));
                 }
-                bundle = Some((uploads, out.window));
+                bundle = Some((uploads, out.state, out.state_prefix));
                 held = Some(permit);
             }
             ToObject::End(end) => {
                 let took = started.elapsed();
-                if let Some((uploads, window)) = bundle {
+                if let Some((uploads, state, state_prefix)) = bundle {
                     return Outcome::Bundle {
                         uploads,
-                        window,
+                        state,
+                        state_prefix,
                         end,
                         took,
                         _held: held,
@@ -367,8 +369,8 @@ pub(super) async fn sequence(
                         drop(o);
                     }
                     Some(o) => {
-                        if let Some(req) = o.window {
-                            tokio::spawn(load_window(s.cx.clone(), s.tp.clone(), req, s.flags.clone()));
+                        if let Some(req) = o.state {
+                            tokio::spawn(load_state(s.cx.clone(), s.tp.clone(), req, s.flags.clone()));
                         }
                         let first = o.first_offset;
                         let task = tokio::spawn(upload_object(s.cx.store.clone(), o.key.clone(), o.parts));
@@ -707,11 +709,16 @@ impl Sequencer {
             Outcome::Failed(e) => return Err(e),
             Outcome::Bundle {
                 uploads,
-                window,
+                state,
+                state_prefix,
                 end,
                 took,
                 ..
-            } => return self.finish_bundle(head, uploads, window, end, took).await,
+            } => {
+                return self
+                    .finish_bundle(head, uploads, (state, state_prefix), end, took)
+                    .await
+            }
             Outcome::Ready {
                 upload, end, took, ..
             } => (upload, end, took),
@@ -841,7 +848,7 @@ impl Sequencer {
         }
     }
 
-    /// Makes a CDC bundle visible and commits it as one. Every file is created only if its
+    /// Makes a bundle (a CDC task's files of one offset range) visible and commits it as one. Every file is created only if its
     /// key is free; a key already taken is fine only when this upload (its answer lost) or an
     /// unfinished attempt at the same range (a seal with the same end) made it, since that
     /// attempt wrote the same contents. An earlier attempt that ended elsewhere and made some
@@ -851,7 +858,7 @@ impl Sequencer {
         &mut self,
         head: &InFlight,
         uploads: Vec<(String, Box<dyn MultipartUpload>)>,
-        window: (String, Vec<u8>),
+        (state, state_prefix): ((String, Vec<u8>), String),
         end: ObjectEnd,
         took: Duration,
     ) -> Result<Option<u64>, StoreError> {
@@ -907,7 +914,7 @@ impl Sequencer {
             )
             .await);
         }
-        store.put(&window.0, Bytes::from(window.1)).await?;
+        store.put(&state.0, Bytes::from(state.1)).await?;
         let files: Vec<(String, String)> = uploads
             .iter()
             .map(|(k, u)| (k.clone(), u.tag().to_string()))
@@ -950,12 +957,9 @@ impl Sequencer {
         if let Some(ix) = self.index.as_mut() {
             ix.stored(first, &tag, &seal);
         }
-        // Window states of other positions are no longer needed (the committed one is kept).
-        if let Ok(states) = store
-            .list(&super::cdc::window_prefix(&cx.dir, &tp.topic, tp.partition))
-            .await
-        {
-            for s in states.into_iter().filter(|s| s.key != window.0) {
+        // States of other positions are no longer needed (the committed one is kept).
+        if let Ok(states) = store.list(&state_prefix).await {
+            for s in states.into_iter().filter(|s| s.key != state.0) {
                 self.remove(s.key).await;
             }
         }
@@ -1023,42 +1027,25 @@ fn count_stored(
     flags.stored.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Answers a writer's request for the repeat window its bundle goes on from: the stored state
-/// at or before the bundle's first offset (none: an empty window). Retries while the store
-/// fails, until the writer no longer waits or the partition is revoked.
-async fn load_window(
-    cx: Arc<UploadContext>,
-    tp: Tp,
-    req: WindowRequest,
-    flags: Arc<PartitionFlags>,
-) {
-    let prefix = super::cdc::window_prefix(&cx.dir, &tp.topic, tp.partition);
+/// Answers a writer's request for the state its bundle goes on from: the stored one the
+/// request picks, as bytes (none: the bundle starts without). Retries while the store fails,
+/// until the writer no longer waits or the partition is revoked.
+async fn load_state(cx: Arc<UploadContext>, tp: Tp, req: StateRequest, flags: Arc<PartitionFlags>) {
     let mut pause = None;
     loop {
         let found = async {
-            let listed = cx.store.list(&prefix).await?;
+            let listed = cx.store.list(&req.prefix).await?;
             let keys: Vec<String> = listed.into_iter().map(|o| o.key).collect();
-            let Some(key) = super::cdc::state_for(&keys, req.first_offset) else {
+            let Some(key) = (req.pick)(&keys, req.first_offset) else {
                 return Ok::<_, StoreError>(None);
             };
             let raw = cx.store.get(key).await?;
-            serde_json::from_slice::<super::cdc::WindowState>(&raw)
-                .map(Some)
-                .map_err(|e| {
-                    StoreError::new(
-                        ErrorKind::InvalidInput,
-                        cx.store.location(key),
-                        format!("is not a repeat window state ({e}); remove it, and repeats of the changes before it are no longer recognised"),
-                    )
-                })
+            Ok(Some((cx.store.location(key), raw)))
         }
         .await;
         match found {
             Ok(state) => {
-                if state.is_none() && req.first_offset > 0 {
-                    tracing::info!(task = %cx.task, topic = %tp.topic, partition = tp.partition, offset = req.first_offset, "no stored repeat window for this position: repeats are recognised from here on");
-                }
-                let _ = req.reply.send(state.map(|s| s.ids).unwrap_or_default());
+                let _ = req.reply.send(state);
                 return;
             }
             Err(e) if fatal(&e) => {
@@ -1069,7 +1056,7 @@ async fn load_window(
                 return;
             }
             Err(e) => {
-                tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, error = %e, "reading the stored repeat window failed; retrying");
+                tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, error = %e, "reading a bundle's stored state failed; retrying");
             }
         }
         if req.reply.is_closed() || flags.revoked.load(Ordering::Relaxed) || cx.fatal.is_set() {

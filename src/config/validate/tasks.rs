@@ -193,7 +193,7 @@ fn cdc_options(cx: &mut Ctx<'_>, k: &str, raw: &RawCdc) -> CdcOptions {
     for (table, cols) in raw.types.iter().flatten() {
         let mut parsed = BTreeMap::new();
         for (col, ty) in cols {
-            match ty.parse::<crate::format::cdc::ColumnType>() {
+            match ty.parse::<crate::cdc::ColumnType>() {
                 Ok(t) => {
                     parsed.insert(col.clone(), t);
                 }
