@@ -9,7 +9,7 @@
 
 use super::budget::{ByteBudget, Permit};
 use super::roll::{self, RollReason};
-use super::upload::PartitionFlags;
+use super::sequencer::PartitionFlags;
 use super::{Fatal, Tp};
 use crate::cdc::{Bundle, Counts, Pushed, WindowState};
 use crate::config::{DumpTask, TimeSource};
