@@ -400,7 +400,7 @@ impl Sequencer {
         head: &InFlight,
         outcome: Outcome,
     ) -> Result<Option<u64>, StoreError> {
-        let (upload, end, took) = match outcome {
+        let (upload, crc32c, end, took) = match outcome {
             Outcome::Discarded => return Ok(None),
             Outcome::Failed(e) => return Err(e),
             Outcome::Bundle {
@@ -416,8 +416,12 @@ impl Sequencer {
                     .await
             }
             Outcome::Ready {
-                upload, end, took, ..
-            } => (upload, end, took),
+                upload,
+                crc32c,
+                end,
+                took,
+                ..
+            } => (upload, crc32c, end, took),
         };
         // Nothing is made visible before it was checked against the archive.
         if self.placed != Some(self.epoch) {
@@ -436,6 +440,8 @@ impl Sequencer {
             records: end.records,
             bytes: end.bytes,
             files: Vec::new(),
+            crc32c: vec![crc32c],
+            times: end.times,
         };
         // The seal first: an object that exists always has one.
         store.put(&own_seal, Bytes::from(seal.to_json())).await?;
@@ -553,7 +559,7 @@ impl Sequencer {
     async fn finish_bundle(
         &mut self,
         head: &InFlight,
-        uploads: Vec<(String, Box<dyn MultipartUpload>)>,
+        uploads: Vec<(String, Box<dyn MultipartUpload>, u32)>,
         (state, state_prefix): ((String, Vec<u8>), String),
         end: ObjectEnd,
         took: Duration,
@@ -613,8 +619,9 @@ impl Sequencer {
         store.put(&state.0, Bytes::from(state.1)).await?;
         let files: Vec<(String, String)> = uploads
             .iter()
-            .map(|(k, u)| (k.clone(), u.tag().to_string()))
+            .map(|(k, u, _)| (k.clone(), u.tag().to_string()))
             .collect();
+        let crc32c = uploads.iter().map(|(_, _, c)| *c).collect();
         let tag = files.first().map(|(_, t)| t.clone()).unwrap_or_default();
         let own_seal = index::seal_key(&cx.dir, &tp, first, &tag);
         let seal = Seal {
@@ -624,10 +631,12 @@ impl Sequencer {
             records: end.records,
             bytes: end.bytes,
             files,
+            crc32c,
+            times: end.times,
         };
         store.put(&own_seal, Bytes::from(seal.to_json())).await?;
         let count = uploads.len() as u64;
-        for (key, u) in uploads {
+        for (key, u, _) in uploads {
             let own = u.tag().to_string();
             if u.finish(Finish::CreateNew).await? == Finished::Exists {
                 let t = store.tag_of(&key).await?;
@@ -753,6 +762,8 @@ mod tests {
             records: 1,
             bytes: 10,
             files: Vec::new(),
+            crc32c: Vec::new(),
+            times: None,
         }
     }
 

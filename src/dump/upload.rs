@@ -18,13 +18,16 @@ use tokio::task::JoinHandle;
 pub(super) enum Outcome {
     Ready {
         upload: Box<dyn MultipartUpload>,
+        /// CRC-32C of the whole object, for its seal.
+        crc32c: u32,
         end: ObjectEnd,
         took: Duration,
         _held: Option<super::budget::Permit>,
     },
-    /// A bundle's uploads (every file written, none finished) and its state.
+    /// A bundle's uploads (every file written, none finished, each with its CRC-32C) and its
+    /// state.
     Bundle {
-        uploads: Vec<(String, Box<dyn MultipartUpload>)>,
+        uploads: Vec<(String, Box<dyn MultipartUpload>, u32)>,
         state: (String, Vec<u8>),
         state_prefix: String,
         end: ObjectEnd,
@@ -59,6 +62,7 @@ pub(super) async fn upload_object(
     // objects outnumber the parts the budget has room for).
     let part_size = store.part_size();
     let mut held = None;
+    let mut crc = 0u32;
     while let Some(m) = parts.recv().await {
         match m {
             ToObject::Part(chunks, permit) => {
@@ -71,6 +75,7 @@ pub(super) async fn upload_object(
                     },
                 };
                 for data in chunks {
+                    crc = crc32c::crc32c_append(crc, &data);
                     if let Err(e) = u.write(data).await {
                         return Outcome::Failed(e);
                     }
@@ -85,12 +90,14 @@ pub(super) async fn upload_object(
                         Err(e) => return Outcome::Failed(e),
                     };
                     // In pieces, as parts of a record object go (see `io::WRITE_PIECE`).
+                    let mut file_crc = 0u32;
                     for piece in pieces {
+                        file_crc = crc32c::crc32c_append(file_crc, &piece);
                         if let Err(e) = u.write(piece).await {
                             return Outcome::Failed(e);
                         }
                     }
-                    uploads.push((file, u));
+                    uploads.push((file, u, file_crc));
                 }
                 bundle = Some((uploads, out.state, out.state_prefix));
                 held = Some(permit);
@@ -116,6 +123,7 @@ pub(super) async fn upload_object(
                 };
                 return Outcome::Ready {
                     upload,
+                    crc32c: crc,
                     end,
                     took,
                     _held: held,

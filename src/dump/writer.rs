@@ -111,6 +111,9 @@ pub(super) struct ObjectEnd {
     pub reason: RollReason,
     /// What a CDC bundle counted.
     pub cdc: Option<Counts>,
+    /// The earliest and latest record timestamps in it (ms since the epoch; `None`: no record
+    /// carried one): what an archive listing shows and pruning goes by.
+    pub times: Option<(i64, i64)>,
 }
 
 /// Settings and shared state of a task's writers.
@@ -208,6 +211,8 @@ struct OpenObject {
     body: Body,
     key: String,
     last_offset: i64,
+    /// The earliest and latest record timestamps appended.
+    times: Option<(i64, i64)>,
     period: NaiveDateTime,
     /// UTC ms span of `period` when exact: records inside it skip the time-zone arithmetic.
     span: Option<(i64, i64)>,
@@ -448,6 +453,9 @@ impl PartitionWriter {
             Err(e) => return Err(encode_error(task, &o.key, e)),
         }
         o.last_offset = r.offset;
+        if let Some(t) = r.timestamp {
+            o.times = Some(o.times.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
+        }
         if let Some(cut) = self.cut {
             if r.offset >= cut {
                 self.cut = None;
@@ -559,6 +567,7 @@ impl PartitionWriter {
             body,
             key,
             last_offset: first_offset,
+            times: None,
             span: task.time_directory.exact_span(period, task.time_zone),
             period,
             opened_at: Instant::now(),
@@ -593,6 +602,7 @@ impl PartitionWriter {
             bytes: done.out.written,
             reason,
             cdc: None,
+            times: o.times,
         };
         tracing::debug!(task = %task.name, key = %o.key, seq = o.seq, reason = reason.as_str(), records = done.records, "object closed");
         if done.out.end(end).is_err() {
@@ -643,6 +653,7 @@ impl PartitionWriter {
             bytes: bytes as u64,
             reason,
             cdc: Some(done.counts),
+            times: o.times,
         };
         tracing::debug!(task = %task.name, key = %key, first, files = done.files.len(), reason = reason.as_str(), "bundle closed");
         self.rooms = done.rooms;
@@ -811,6 +822,7 @@ mod tests {
             bytes: 25 * 123,
             reason: RollReason::Size,
             cdc: None,
+            times: None,
         })
         .unwrap();
         let mut sizes = Vec::new();

@@ -455,8 +455,9 @@ pub fn signal(child: &std::process::Child, sig: &str) {
 }
 
 /// What is wrong with the archive index under `dir` ("" or "cdc/"): seals whose upload never
-/// made its object visible (litter), and, when `every_object`, archive objects no visible seal
-/// describes. Empty when the index is whole.
+/// made its object visible (litter), objects whose bytes do not match their seal's checksum,
+/// and, when `every_object`, archive objects no visible seal describes. Empty when the index
+/// is whole.
 pub async fn index_problems(store: &dyn ObjectStore, dir: &str, every_object: bool) -> Vec<String> {
     let mut problems = Vec::new();
     let mut described = std::collections::BTreeSet::new();
@@ -480,10 +481,21 @@ pub async fn index_problems(store: &dyn ObjectStore, dir: &str, every_object: bo
         if files.is_empty() {
             files.push((seal["key"].as_str().unwrap().to_string(), tag));
         }
+        let crcs: Vec<u64> = seal["crc32c"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|c| c.as_u64()).collect())
+            .unwrap_or_default();
+        if crcs.len() != files.len() {
+            problems.push(format!("seal {} has {} checksums for {} files", s.key, crcs.len(), files.len()));
+        }
         let mut visible = false;
-        for (file, t) in files {
+        for (i, (file, t)) in files.into_iter().enumerate() {
             if store.tag_of(&file).await.ok().flatten().as_deref() == Some(t.as_str()) {
                 visible = true;
+                let data = store.get(&file).await.unwrap();
+                if crcs.get(i).copied() != Some(u64::from(crc32c::crc32c(&data))) {
+                    problems.push(format!("{file}: its bytes do not match the seal's CRC-32C"));
+                }
                 described.insert(file);
             }
         }
