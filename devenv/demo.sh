@@ -22,7 +22,7 @@ CONFIG="config/demo.toml"
 ARCHIVE=".dev/demo-archive"          # must match store.url in config/demo.toml
 STATE=".dev/demo"
 LOG=".dev/logs/demo-dump.log"
-STRATA="target/debug/strata"
+STRATA="${STRATA_DEMO_BIN:-target/debug/strata}"   # ./dev demo says where cargo built it
 # DuckDB's venv from ./dev demo; the generator itself needs only the standard library.
 PY="${STRATA_DEMO_PYTHON:-.dev/venv-demo/bin/python}"
 [[ -x "$PY" ]] || PY="$(command -v python3)"
