@@ -6,6 +6,7 @@
 //! loop under dump and replicate.
 
 pub mod cdc;
+pub mod clidoc;
 pub mod config;
 pub mod dump;
 pub mod fatal;
