@@ -19,6 +19,7 @@ pub mod memory;
 pub mod replicate;
 pub mod restore;
 pub mod size;
+pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod tier;

@@ -486,7 +486,12 @@ pub async fn index_problems(store: &dyn ObjectStore, dir: &str, every_object: bo
             .map(|a| a.iter().filter_map(|c| c.as_u64()).collect())
             .unwrap_or_default();
         if crcs.len() != files.len() {
-            problems.push(format!("seal {} has {} checksums for {} files", s.key, crcs.len(), files.len()));
+            problems.push(format!(
+                "seal {} has {} checksums for {} files",
+                s.key,
+                crcs.len(),
+                files.len()
+            ));
         }
         let mut visible = false;
         for (i, (file, t)) in files.into_iter().enumerate() {
