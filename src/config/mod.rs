@@ -5,12 +5,14 @@
 mod overrides;
 mod raw;
 mod report;
+mod s3_options;
 mod secret;
 mod size;
 mod validate;
 
 pub use overrides::RestoreOverrides;
 pub use report::render_report;
+pub use s3_options::{AssumeRole, CannedAcl, ObjectOptions, Sse, StorageClass};
 pub use secret::{expand, ExpandError, Secret};
 pub use size::ByteSize;
 
@@ -235,6 +237,8 @@ pub enum Credentials {
     Static {
         access_key: Secret,
         secret_key: Secret,
+        /// `store.session_token`: the keys are temporary ones (`ASIA...`).
+        session_token: Option<Secret>,
     },
     /// Environment, profile, web identity, instance metadata: the AWS default chain.
     DefaultChain,
@@ -248,6 +252,10 @@ pub struct S3Settings {
     pub endpoint: Option<String>,
     pub path_style: bool,
     pub credentials: Credentials,
+    /// Assumed through STS with `credentials`.
+    pub role: Option<AssumeRole>,
+    /// What every object written carries.
+    pub objects: ObjectOptions,
     pub create_bucket: bool,
     pub part_size: ByteSize,
     pub max_attempts: u32,

@@ -98,6 +98,7 @@ impl S3Store {
                 Credentials::Static {
                     access_key,
                     secret_key,
+                    session_token: _,
                 },
                 _,
             ) => {
@@ -1062,6 +1063,8 @@ mod tests {
             endpoint: None,
             path_style: false,
             credentials,
+            role: None,
+            objects: crate::config::ObjectOptions::default(),
             create_bucket: false,
             part_size: ByteSize::mib(5),
             max_attempts: 3,
@@ -1072,6 +1075,7 @@ mod tests {
         Credentials::Static {
             access_key: Secret::new("AKIATEST".into(), "inline"),
             secret_key: Secret::new("not-a-secret".into(), "inline"),
+            session_token: None,
         }
     }
 
