@@ -5,6 +5,7 @@
 mod aws_env;
 mod chunks;
 mod fs;
+mod iam;
 mod s3;
 
 /// Largest single `write` to a local file: one write of a few MiB costs many times the kernel
