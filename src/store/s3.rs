@@ -177,7 +177,21 @@ impl S3Store {
         wiring: Wiring,
     ) -> Result<Self, StoreError> {
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .region(Region::new(region.name.clone()));
+            .region(Region::new(region.name.clone()))
+            // S3's and STS's (an assumed role's) requests alike.
+            .retry_config(
+                RetryConfig::standard()
+                    .with_max_attempts(s.max_attempts)
+                    .with_initial_backoff(Duration::from_millis(200))
+                    .with_max_backoff(Duration::from_secs(5)),
+            )
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .connect_timeout(Duration::from_secs(5))
+                    .read_timeout(Duration::from_secs(60))
+                    .operation_attempt_timeout(Duration::from_secs(300))
+                    .build(),
+            );
         if let Some(http) = wiring.http {
             loader = loader.http_client(http);
         }
@@ -223,20 +237,7 @@ impl S3Store {
         let mut b = aws_sdk_s3::config::Builder::from(&shared)
             .force_path_style(s.path_style)
             .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
-            .retry_config(
-                RetryConfig::standard()
-                    .with_max_attempts(s.max_attempts)
-                    .with_initial_backoff(Duration::from_millis(200))
-                    .with_max_backoff(Duration::from_secs(5)),
-            )
-            .timeout_config(
-                TimeoutConfig::builder()
-                    .connect_timeout(Duration::from_secs(5))
-                    .read_timeout(Duration::from_secs(60))
-                    .operation_attempt_timeout(Duration::from_secs(300))
-                    .build(),
-            );
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
         if let Some(e) = &s.endpoint {
             b = b.endpoint_url(e);
         }
@@ -451,8 +452,8 @@ impl S3Store {
             std::error::Error::source(e).map_or_else(|| e.to_string(), error_chain)
         });
         let base = match &self.credential_sources {
-            None => "the keys of store.access_key",
-            Some(_) => "the identity the AWS default credential chain finds",
+            None => "the keys of store.access_key need",
+            Some(_) => "the identity the AWS default credential chain finds needs",
         };
         let sts = match (&role.sts_endpoint, self.endpoint.starts_with("http")) {
             (Some(e), _) => format!("{e} (store.sts_endpoint)"),
@@ -460,11 +461,19 @@ impl S3Store {
                 "{} (store.endpoint; store.sts_endpoint names another)",
                 self.endpoint
             ),
-            (None, false) => format!("AWS STS in {}", self.region.name),
+            (None, false) => format!("AWS's regional STS endpoint of {}", self.region.name),
         };
+        if network_failure(e) {
+            return format!(
+                "assuming role {} failed: cannot reach STS at {sts}; check that address and \
+                 the network ({})",
+                role.role_arn,
+                self.scrub(said)
+            );
+        }
         format!(
-            "assuming role {} failed ({}); {base} need sts:AssumeRole on it, and the role's \
-             trust policy must allow them{}; STS was asked at {sts}",
+            "assuming role {} failed ({}); {base} sts:AssumeRole on it, and the role's trust \
+             policy must allow them{}; STS was asked at {sts}",
             role.role_arn,
             self.scrub(said),
             if role.external_id.is_some() {
@@ -1505,6 +1514,7 @@ mod tests {
     type Answer = (u16, Vec<(&'static str, String)>, String);
 
     /// The SDK's HTTP client replaced by `answer`, which sees each request; keeps them all.
+    /// Status 0: no answer (connection refused).
     #[derive(Clone)]
     struct Recorder {
         answer: Arc<dyn Fn(&Seen) -> Answer + Send + Sync>,
@@ -1548,6 +1558,11 @@ mod tests {
             };
             let (status, headers, body) = (self.answer)(&seen);
             self.seen.lock().unwrap().push(seen);
+            if status == 0 {
+                return HttpConnectorFuture::ready(Err(aws_sdk_s3::error::ConnectorError::io(
+                    "connection refused".into(),
+                )));
+            }
             let mut r = HttpResponse::new(
                 StatusCode::try_from(status).expect("a valid status"),
                 SdkBody::from(body),
@@ -1859,6 +1874,38 @@ mod tests {
             "{}",
             seen[0].uri
         );
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_sts_is_named_as_unreachable() {
+        let rec = Recorder::new(|r| {
+            if r.is_sts() {
+                (0, vec![], String::new())
+            } else {
+                s3_answers(r)
+            }
+        });
+        let mut s = role_settings();
+        s.max_attempts = 2;
+        let store = store_recording(&s, &rec).await;
+        let e = store.get("k").await.unwrap_err();
+        let m = e.to_string();
+        assert_eq!(e.kind, ErrorKind::Unreachable, "{m}");
+        assert!(
+            m.contains(
+                "assuming role arn:aws:iam::111111111111:role/strata-writer failed: cannot reach \
+                 STS at AWS's regional STS endpoint of us-east-1"
+            ),
+            "{m}"
+        );
+        assert!(!m.contains("sts:AssumeRole"), "{m}");
+        let seen = rec.seen();
+        assert_eq!(
+            seen.len(),
+            2,
+            "store.max_attempts applies to STS: {seen:#?}"
+        );
+        assert!(seen.iter().all(Seen::is_sts));
     }
 
     #[tokio::test]

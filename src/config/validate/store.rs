@@ -207,7 +207,8 @@ fn object_options(cx: &mut Ctx<'_>, raw: &RawStore) -> ObjectOptions {
     if let Some(p) = key_id.as_deref().and_then(kms_key_problem) {
         cx.push("store.sse_kms_key_id", p);
     }
-    let sse = match cx.text("store.sse", &raw.sse).as_deref() {
+    let sse_text = cx.text("store.sse", &raw.sse);
+    let sse = match sse_text.as_deref() {
         None => None,
         Some("AES256") => Some(Sse::S3),
         Some("aws:kms") => Some(Sse::Kms {
@@ -224,7 +225,9 @@ fn object_options(cx: &mut Ctx<'_>, raw: &RawStore) -> ObjectOptions {
             None
         }
     };
-    if key_id.is_some() && !matches!(sse, Some(Sse::Kms { .. })) {
+    // An unknown store.sse is reported already; the key only needs it when it is known.
+    let sse_known = sse_text.is_none() || sse.is_some();
+    if key_id.is_some() && sse_known && !matches!(sse, Some(Sse::Kms { .. })) {
         cx.push(
             "store.sse_kms_key_id",
             "names a KMS key for SSE-KMS: set store.sse = \"aws:kms\" with it",
@@ -501,6 +504,12 @@ acl = "bucket-owner-full-control"
     fn encryption_settings_are_checked() {
         has("sse = \"aes256\"", "store.sse", "not one of \"AES256\"");
         has("sse = \"SSE-KMS\"", "store.sse", "\"aws:kms\"");
+        let p = problems("sse = \"SSE-KMS\"\nsse_kms_key_id = \"alias/strata\"");
+        assert_eq!(
+            p.len(),
+            1,
+            "the key is not blamed for the unknown sse: {p:?}"
+        );
         has(
             "sse_kms_key_id = \"alias/strata\"",
             "store.sse_kms_key_id",
