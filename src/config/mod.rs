@@ -5,6 +5,7 @@
 mod overrides;
 mod raw;
 mod report;
+mod s3_options;
 mod secret;
 mod validate;
 
@@ -12,6 +13,7 @@ pub use crate::cdc::{CdcOptions, OnMalformed};
 pub use crate::size::ByteSize;
 pub use overrides::RestoreOverrides;
 pub use report::render_report;
+pub use s3_options::{AssumeRole, CannedAcl, ObjectOptions, Sse, StorageClass};
 pub use secret::{expand, ExpandError, Secret};
 
 /// Topics that are never replicated: Kafka's and tools' internal topics (`__consumer_offsets`,
@@ -241,6 +243,8 @@ pub enum Credentials {
     Static {
         access_key: Secret,
         secret_key: Secret,
+        /// `store.session_token`: the keys are temporary ones (`ASIA...`).
+        session_token: Option<Secret>,
     },
     /// Environment, profile, web identity, instance metadata: the AWS default chain.
     DefaultChain,
@@ -254,6 +258,10 @@ pub struct S3Settings {
     pub endpoint: Option<String>,
     pub path_style: bool,
     pub credentials: Credentials,
+    /// Assumed through STS with `credentials`.
+    pub role: Option<AssumeRole>,
+    /// What every object written carries.
+    pub objects: ObjectOptions,
     pub create_bucket: bool,
     pub part_size: ByteSize,
     pub max_attempts: u32,

@@ -71,6 +71,17 @@ pub struct RawStore {
     pub create_bucket: Option<bool>,
     pub part_size: Option<RawSize>,
     pub max_attempts: Option<u32>,
+    pub session_token: Option<String>,
+    pub role_arn: Option<String>,
+    pub external_id: Option<String>,
+    pub role_session_name: Option<String>,
+    pub sts_endpoint: Option<String>,
+    pub sse: Option<String>,
+    pub sse_kms_key_id: Option<String>,
+    pub storage_class: Option<String>,
+    /// `tags = { team = "data" }` or `[store.tags]`.
+    pub tags: Option<BTreeMap<String, String>>,
+    pub acl: Option<String>,
     #[serde(flatten)]
     pub unknown: Unknown,
 }

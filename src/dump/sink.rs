@@ -275,9 +275,9 @@ impl DumpSink {
                 let Some(to) = targets.target(tp) else {
                     continue;
                 };
-                if a.flags.stored.load(Ordering::Relaxed) > 0 {
-                    targets.touched(tp);
-                }
+                // Held by this member: whatever covers it (a stored object, an adopted one, a
+                // start committed where the archive ends) is this run's doing.
+                targets.touched(tp);
                 if a.reached
                     && a.flags.closed.load(Ordering::Relaxed)
                     && a.flags.pending.load(Ordering::Relaxed) == 0

@@ -5,6 +5,7 @@
 mod aws_env;
 mod chunks;
 mod fs;
+mod iam;
 mod s3;
 
 pub use crate::io::{write_in_pieces, WRITE_PIECE};

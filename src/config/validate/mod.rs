@@ -172,6 +172,16 @@ pub(super) const STORE_KEYS: &[&str] = &[
     "create_bucket",
     "part_size",
     "max_attempts",
+    "session_token",
+    "role_arn",
+    "external_id",
+    "role_session_name",
+    "sts_endpoint",
+    "sse",
+    "sse_kms_key_id",
+    "storage_class",
+    "tags",
+    "acl",
 ];
 pub(super) const LIMITS_KEYS: &[&str] = &["max_tasks", "buffer_memory", "leftover_age_secs"];
 pub(super) const TELEMETRY_KEYS: &[&str] = &["log_format", "log_level", "metrics_listen"];
