@@ -35,10 +35,7 @@ import java.util.ArrayDeque;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
-import java.util.concurrent.ScheduledFuture;
-import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Predicate;
 
 /**
@@ -68,7 +65,7 @@ import java.util.function.Predicate;
  *
  * <p>Calls block on {@link SocketChannel}s, so a thread interrupted while it waits gets
  * {@link ClosedByInterruptException} (and the connection is dropped). A shared timer closes a
- * connection whose response is late; the caller then sees {@link HttpTimeoutException}.
+ * connection whose response is late ({@link Deadline}); the caller then sees {@link HttpTimeoutException}.
  * {@code https} endpoints get TLS over the same TCP channel, with host name verification.
  */
 final class TierHttp {
@@ -102,9 +99,6 @@ final class TierHttp {
     static final long DRAIN_MAX = 256 * 1024;
 
     private static final byte[] EMPTY = new byte[0];
-
-    /** Closes connections whose response is late (one daemon thread for all clients). */
-    private static final ScheduledThreadPoolExecutor TIMER = timer();
 
     /** A request body: what the request mac covers, and how it is written after the head. */
     interface RequestBody {
@@ -150,16 +144,6 @@ final class TierHttp {
         this.secret = cfg.secret;
         this.followSocket = cfg.followSocket;
         this.fixedSocket = cfg.unixSocket;
-    }
-
-    private static ScheduledThreadPoolExecutor timer() {
-        ScheduledThreadPoolExecutor t = new ScheduledThreadPoolExecutor(1, r -> {
-            Thread th = new Thread(r, "strata-rsm-timeouts");
-            th.setDaemon(true);
-            return th;
-        });
-        t.setRemoveOnCancelPolicy(true);
-        return t;
     }
 
     /** Closes the idle connections; bodies still open close theirs when they end. */
@@ -620,8 +604,6 @@ final class TierHttp {
         long seq;
         /** Set when the last exchange failed before any response byte arrived on a reused connection. */
         boolean staleFailure;
-        /** Per exchange: 0 waiting for the response, 1 read, 2 timed out (the timer closed us). */
-        final AtomicInteger phase = new AtomicInteger();
         /** Writes go straight to the socket; callers write large pieces. */
         final OutputStream out = new OutputStream() {
             @Override
@@ -687,12 +669,7 @@ final class TierHttp {
         Raw exchange(RequestWriter request, long timeoutMs, Predicate<Raw> leaveBody, int cap) throws IOException {
             staleFailure = false;
             boolean gotByte = false;
-            phase.set(0);
-            ScheduledFuture<?> timer = TIMER.schedule(() -> {
-                if (phase.compareAndSet(0, 2)) {
-                    close();
-                }
-            }, timeoutMs, TimeUnit.MILLISECONDS);
+            Deadline deadline = Deadline.start(timeoutMs, this::close);
             try {
                 request.write(out);
                 int status;
@@ -718,12 +695,12 @@ final class TierHttp {
                 if (!leaveBody.test(r)) {
                     r.body = readWhole(r, cap);
                 }
-                if (!phase.compareAndSet(0, 1)) {
+                if (!deadline.meet()) {
                     throw new SocketTimeoutException("the response came as the timer fired");
                 }
                 return r;
             } catch (IOException e) {
-                if (phase.get() == 2) {
+                if (deadline.expired()) {
                     HttpTimeoutException t = new HttpTimeoutException("no response within " + timeoutMs + " ms");
                     t.initCause(e);
                     throw t;
@@ -732,7 +709,7 @@ final class TierHttp {
                     && !(e instanceof ClosedByInterruptException) && !(e instanceof SegmentUpload.SegmentFileException);
                 throw e;
             } finally {
-                timer.cancel(false);
+                deadline.cancel();
             }
         }
 
