@@ -3,7 +3,6 @@ package io.strata.rsm;
 import javax.crypto.spec.SecretKeySpec;
 import javax.net.ssl.SSLSocket;
 
-import java.io.ByteArrayOutputStream;
 import java.io.EOFException;
 import java.io.IOException;
 import java.io.InputStream;
@@ -14,7 +13,6 @@ import java.net.http.HttpTimeoutException;
 import java.nio.ByteBuffer;
 import java.nio.channels.ClosedByInterruptException;
 import java.nio.channels.SocketChannel;
-import java.util.Locale;
 import java.util.function.Predicate;
 
 /**
@@ -29,8 +27,6 @@ final class TierConnection {
      * read's size and keeps it, so a reader asking for 50 MiB at once must not set that size.
      */
     static final int MAX_READ = 1 << 20;
-    /** Largest response head accepted. */
-    static final int HEAD_CAP = 64 * 1024;
 
     final SocketChannel channel;
     /** {@code null} unless the endpoint is https. */
@@ -110,38 +106,22 @@ final class TierConnection {
     }
 
     /**
-     * Writes a request and reads the response head, then its whole body (at most {@code cap}
-     * bytes) unless {@code leaveBody} says it stays in the socket. The timer covers all of it.
+     * Writes a request and reads the response ({@link Http1#readResponse}); a {@link Deadline}
+     * covers all of it and closes the connection when it passes first.
      */
-    Raw exchange(RequestWriter request, long timeoutMs, Predicate<Raw> leaveBody, int cap) throws IOException {
+    Http1.Raw exchange(RequestWriter request, long timeoutMs, Predicate<Http1.Raw> leaveBody, int cap)
+            throws IOException {
         staleFailure = false;
         boolean gotByte = false;
         Deadline deadline = Deadline.start(timeoutMs, this::close);
         try {
             request.write(out);
-            int status;
-            while (true) {
-                if (fill() < 0) {
-                    throw new EOFException("strata tier closed the connection before answering");
-                }
-                gotByte = true;
-                status = parseStatus(line());
-                if (status >= 200 || status < 100) {
-                    break;
-                }
-                while (!line().isEmpty()) {
-                    // skip the headers of a 1xx interim response
-                }
+            // The first byte is awaited here: a failure before it may be a stale idle connection.
+            if (fill() < 0) {
+                throw new EOFException("strata tier closed the connection before answering");
             }
-            Raw r = new Raw(status);
-            readHeaders(r);
-            if (status == 204 || status == 304) {
-                r.length = 0;
-                r.chunked = false;
-            }
-            if (!leaveBody.test(r)) {
-                r.body = readWhole(r, cap);
-            }
+            gotByte = true;
+            Http1.Raw r = Http1.readResponse(this, leaveBody, cap);
             if (!deadline.meet()) {
                 throw new SocketTimeoutException("the response came as the timer fired");
             }
@@ -160,123 +140,7 @@ final class TierConnection {
         }
     }
 
-    private void readHeaders(Raw r) throws IOException {
-        int headBytes = 0;
-        while (true) {
-            String h = line();
-            headBytes += h.length() + 2;
-            if (headBytes > HEAD_CAP) {
-                throw new IOException("strata tier sent a response head larger than " + HEAD_CAP + " bytes");
-            }
-            if (h.isEmpty()) {
-                break;
-            }
-            int colon = h.indexOf(':');
-            if (colon <= 0) {
-                throw new IOException("strata tier sent a malformed header line: " + abbreviate(h));
-            }
-            String name = h.substring(0, colon).trim().toLowerCase(Locale.ROOT);
-            String value = h.substring(colon + 1).trim();
-            switch (name) {
-                case "content-length":
-                    long n;
-                    try {
-                        n = Long.parseLong(value);
-                    } catch (NumberFormatException e) {
-                        n = -1;
-                    }
-                    if (n < 0 || (r.length >= 0 && n != r.length)) {
-                        throw new IOException("strata tier sent an invalid Content-Length: " + abbreviate(value));
-                    }
-                    r.length = n;
-                    break;
-                case "transfer-encoding":
-                    r.chunked = value.toLowerCase(Locale.ROOT).endsWith("chunked");
-                    break;
-                case "connection":
-                    r.keepAlive &= !value.toLowerCase(Locale.ROOT).contains("close");
-                    break;
-                case "strata-auth":
-                    r.authRepeated |= r.auth != null;
-                    r.auth = value;
-                    break;
-                case "content-type":
-                    int semi = value.indexOf(';');
-                    r.contentType = (semi < 0 ? value : value.substring(0, semi)).trim().toLowerCase(Locale.ROOT);
-                    break;
-                default:
-                    break;
-            }
-        }
-        if (r.chunked && r.length >= 0) {
-            // Either framing could be the one a signature was made for: refuse to guess.
-            throw new IOException("strata tier sent both Content-Length and Transfer-Encoding");
-        }
-    }
-
-    /** The whole body of {@code r}: by its length, its chunks, or until the connection closes. */
-    private byte[] readWhole(Raw r, int cap) throws IOException {
-        if (r.length >= 0) {
-            if (r.length > cap) {
-                throw new IOException("strata tier sent a response body of " + r.length
-                    + " bytes, more than the " + cap + " accepted here");
-            }
-            byte[] b = new byte[(int) r.length];
-            readFully(b, 0, b.length);
-            return b;
-        }
-        ByteArrayOutputStream all = new ByteArrayOutputStream();
-        byte[] chunk = new byte[BUFFER_BYTES];
-        while (true) {
-            long size;
-            if (r.chunked) {
-                size = chunkSize();
-                if (size == 0) {
-                    while (!line().isEmpty()) {
-                        // trailers are ignored
-                    }
-                    return all.toByteArray();
-                }
-            } else {
-                size = Long.MAX_VALUE;
-            }
-            while (size > 0) {
-                int n = read(chunk, 0, (int) Math.min(chunk.length, size));
-                if (n < 0) {
-                    if (r.chunked) {
-                        throw new EOFException("strata tier closed the connection in the middle of a chunk");
-                    }
-                    return all.toByteArray();
-                }
-                if (all.size() + n > cap) {
-                    throw new IOException("strata tier sent a response body larger than the " + cap
-                        + " bytes accepted here");
-                }
-                all.write(chunk, 0, n);
-                size -= n;
-            }
-            if (!line().isEmpty()) {
-                throw new IOException("strata tier sent a malformed chunked body");
-            }
-        }
-    }
-
-    private long chunkSize() throws IOException {
-        String sizeLine = line();
-        int semi = sizeLine.indexOf(';');
-        String hex = (semi >= 0 ? sizeLine.substring(0, semi) : sizeLine).trim();
-        try {
-            long size = Long.parseLong(hex, 16);
-            if (size >= 0) {
-                return size;
-            }
-        } catch (NumberFormatException e) {
-            // reported below
-        }
-        throw new IOException("strata tier sent a malformed chunk size: " + abbreviate(sizeLine));
-    }
-
-    private void readFully(byte[] b, int off, int len) throws IOException {
+    void readFully(byte[] b, int off, int len) throws IOException {
         while (len > 0) {
             int n = read(b, off, len);
             if (n < 0) {
@@ -318,8 +182,8 @@ final class TierConnection {
                     return sb.toString();
                 }
                 sb.append((char) (b & 0xff));
-                if (sb.length() > HEAD_CAP) {
-                    throw new IOException("strata tier sent a header line longer than " + HEAD_CAP + " bytes");
+                if (sb.length() > Http1.HEAD_CAP) {
+                    throw new IOException("strata tier sent a header line longer than " + Http1.HEAD_CAP + " bytes");
                 }
             }
         }
@@ -345,49 +209,8 @@ final class TierConnection {
         return n;
     }
 
-    /** A response as read off the wire, before any check. */
-    static final class Raw {
-        final int status;
-        /** From Content-Length, or -1. */
-        long length = -1;
-        boolean chunked;
-        boolean keepAlive = true;
-        /** The Strata-Auth header, or {@code null}. */
-        String auth;
-        /** The Content-Type header (without parameters), or {@code null}. */
-        String contentType;
-        boolean authRepeated;
-        /** The whole body, or {@code null} when it was left in the socket. */
-        byte[] body;
-
-        Raw(int status) {
-            this.status = status;
-        }
-
-        /** Whether the connection can carry another exchange once this body is read. */
-        boolean reusable() {
-            return keepAlive && (chunked || length >= 0);
-        }
-    }
-
     @FunctionalInterface
     interface RequestWriter {
         void write(OutputStream out) throws IOException;
-    }
-
-    static int parseStatus(String line) throws IOException {
-        // "HTTP/1.1 200 OK"
-        if (!line.startsWith("HTTP/1.") || line.length() < 12 || line.charAt(8) != ' ') {
-            throw new IOException("strata tier sent a response that is not HTTP/1.x: " + abbreviate(line));
-        }
-        try {
-            return Integer.parseInt(line.substring(9, 12));
-        } catch (NumberFormatException e) {
-            throw new IOException("strata tier sent an invalid status line: " + abbreviate(line));
-        }
-    }
-
-    static String abbreviate(String s) {
-        return s.length() > 200 ? s.substring(0, 200) + "..." : s;
     }
 }

@@ -214,7 +214,7 @@ final class TierHttp {
         String mac = TierAuth.requestMac(c.session, seq, method, path, body == null ? EMPTY : body.signed());
         byte[] head = head(method, path, body, seq + " " + mac);
         boolean fetch = path.equals(FETCH_PATH);
-        TierConnection.Raw r = c.exchange(out -> {
+        Http1.Raw r = c.exchange(out -> {
             if (body == null) {
                 out.write(head);
             } else {
@@ -263,7 +263,7 @@ final class TierHttp {
         JsonBody body = new JsonBody(("{\"version\":" + TierAuth.VERSION + ",\"client_nonce\":\"" + clientNonce + "\"}")
             .getBytes(StandardCharsets.UTF_8));
         byte[] head = head("POST", HELLO_PATH, body, null);
-        TierConnection.Raw r = c.exchange(out -> body.write(out, head, null, 0), connectTimeoutMs, raw -> false, HELLO_CAP);
+        Http1.Raw r = c.exchange(out -> body.write(out, head, null, 0), connectTimeoutMs, raw -> false, HELLO_CAP);
         if (r.status == 401) {
             throw new CredentialsRefusedException("HTTP 401 to its hello" + printable(r.body));
         }
@@ -310,18 +310,7 @@ final class TierHttp {
     }
 
     private byte[] head(String method, String path, RequestBody body, String auth) {
-        StringBuilder h = new StringBuilder(200);
-        h.append(method).append(' ').append(basePath).append(path).append(" HTTP/1.1\r\n")
-            .append("Host: ").append(hostHeader).append("\r\n");
-        if (body != null) {
-            h.append("Content-Type: ").append(body.contentType()).append("\r\n")
-                .append("Content-Length: ").append(body.length()).append("\r\n");
-        }
-        if (auth != null) {
-            h.append("Strata-Auth: ").append(auth).append("\r\n");
-        }
-        h.append("\r\n");
-        return h.toString().getBytes(StandardCharsets.UTF_8);
+        return Http1.head(method, basePath + path, hostHeader, body, auth);
     }
 
     /** A JSON body, written with its head in one write. */
