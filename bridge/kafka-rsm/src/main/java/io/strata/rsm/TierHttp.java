@@ -4,7 +4,6 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import javax.crypto.spec.SecretKeySpec;
-import javax.net.ssl.SSLParameters;
 import javax.net.ssl.SSLSocket;
 import javax.net.ssl.SSLSocketFactory;
 
@@ -127,7 +126,7 @@ final class TierHttp {
         this.basePath = uri.getRawPath() == null ? "" : uri.getRawPath();
         this.hostHeader = uri.getRawAuthority();
         this.connectTimeoutMs = (int) Math.min(Integer.MAX_VALUE, Math.max(1, cfg.connectTimeout.toMillis()));
-        this.tls = !cfg.https ? null : cfg.trust != null ? cfg.trust : (SSLSocketFactory) SSLSocketFactory.getDefault();
+        this.tls = Tls.sockets(cfg);
         this.secret = cfg.secret;
         this.followSocket = cfg.followSocket;
         this.fixedSocket = cfg.unixSocket;
@@ -471,13 +470,7 @@ final class TierHttp {
             if (tls == null) {
                 return new TierConnection(ch, null, false, peer);
             }
-            SSLSocket ssl = (SSLSocket) tls.createSocket(ch.socket(), host, port, true);
-            SSLParameters params = ssl.getSSLParameters();
-            params.setEndpointIdentificationAlgorithm("HTTPS");
-            ssl.setSSLParameters(params);
-            ssl.setSoTimeout(connectTimeoutMs);
-            ssl.startHandshake();
-            ssl.setSoTimeout(0);
+            SSLSocket ssl = Tls.handshake(tls, ch, host, port, connectTimeoutMs);
             return new TierConnection(ch, ssl, false, peer);
         } catch (IOException | RuntimeException e) {
             ch.close();
