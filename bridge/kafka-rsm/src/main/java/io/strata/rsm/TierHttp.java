@@ -4,21 +4,15 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import javax.crypto.spec.SecretKeySpec;
-import javax.net.ssl.SSLSocket;
-import javax.net.ssl.SSLSocketFactory;
 
 import java.io.EOFException;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
 import java.math.BigDecimal;
-import java.net.InetSocketAddress;
-import java.net.SocketTimeoutException;
 import java.net.StandardProtocolFamily;
-import java.net.StandardSocketOptions;
 import java.net.URI;
 import java.net.UnixDomainSocketAddress;
-import java.net.UnknownHostException;
 import java.net.http.HttpConnectTimeoutException;
 import java.net.http.HttpTimeoutException;
 import java.nio.ByteBuffer;
@@ -99,14 +93,11 @@ final class TierHttp {
         void write(OutputStream out, byte[] head, SecretKeySpec session, long seq) throws IOException;
     }
 
-    private final String host;
-    private final int port;
     /** Path prefix of the endpoint, no trailing slash ("" for none). */
     private final String basePath;
     private final String hostHeader;
     private final int connectTimeoutMs;
-    /** {@code null} for plain HTTP. */
-    private final SSLSocketFactory tls;
+    private final TcpTransport tcp;
     private final SecretKeySpec secret;
     /** Whether the socket strata tier names in its hello is used. */
     private final boolean followSocket;
@@ -121,12 +112,11 @@ final class TierHttp {
 
     TierHttp(BridgeConfig cfg) {
         URI uri = URI.create(cfg.endpoint);
-        this.host = uri.getHost();
-        this.port = uri.getPort() >= 0 ? uri.getPort() : (cfg.https ? 443 : 80);
         this.basePath = uri.getRawPath() == null ? "" : uri.getRawPath();
         this.hostHeader = uri.getRawAuthority();
         this.connectTimeoutMs = (int) Math.min(Integer.MAX_VALUE, Math.max(1, cfg.connectTimeout.toMillis()));
-        this.tls = Tls.sockets(cfg);
+        this.tcp = new TcpTransport(uri.getHost(), uri.getPort() >= 0 ? uri.getPort() : (cfg.https ? 443 : 80),
+            connectTimeoutMs, Tls.sockets(cfg));
         this.secret = cfg.secret;
         this.followSocket = cfg.followSocket;
         this.fixedSocket = cfg.unixSocket;
@@ -408,7 +398,7 @@ final class TierHttp {
                 forgetSocket(unix, e);
             }
         }
-        return greeted(openTcp());
+        return greeted(tcp.open());
     }
 
     private TierConnection greeted(TierConnection c) throws IOException {
@@ -430,8 +420,8 @@ final class TierHttp {
         failedSocket = unix;
         failedAt = System.nanoTime();
         socket = null;
-        LOG.info("strata tier's Unix socket {} is not usable ({}); using TCP {}:{} for {} s", unix, why.toString(),
-            host, port, TimeUnit.NANOSECONDS.toSeconds(SOCKET_RETRY_NANOS));
+        LOG.info("strata tier's Unix socket {} is not usable ({}); using TCP {} for {} s", unix, why.toString(),
+            tcp.peer(), TimeUnit.NANOSECONDS.toSeconds(SOCKET_RETRY_NANOS));
     }
 
     private static TierConnection openUnix(Path path) throws IOException {
@@ -439,39 +429,6 @@ final class TierHttp {
         try {
             ch.connect(UnixDomainSocketAddress.of(path));
             return new TierConnection(ch, null, true, "the Unix socket " + path);
-        } catch (IOException | RuntimeException e) {
-            ch.close();
-            throw e;
-        }
-    }
-
-    private TierConnection openTcp() throws IOException {
-        InetSocketAddress addr = new InetSocketAddress(host, port);
-        if (addr.isUnresolved()) {
-            throw new UnknownHostException(host);
-        }
-        if (tls == null && !addr.getAddress().isLoopbackAddress()) {
-            // The configuration allows only loopback names; this catches one that resolves elsewhere.
-            throw new IOException(host + " resolves to " + addr.getAddress().getHostAddress()
-                + ", not a loopback address: plain http is only used on this host");
-        }
-        SocketChannel ch = SocketChannel.open();
-        try {
-            ch.setOption(StandardSocketOptions.TCP_NODELAY, true);
-            try {
-                ch.socket().connect(addr, connectTimeoutMs);
-            } catch (SocketTimeoutException e) {
-                HttpConnectTimeoutException t = new HttpConnectTimeoutException(
-                    "could not connect to " + host + ":" + port + " within " + connectTimeoutMs + " ms");
-                t.initCause(e);
-                throw t;
-            }
-            String peer = host + ":" + port;
-            if (tls == null) {
-                return new TierConnection(ch, null, false, peer);
-            }
-            SSLSocket ssl = Tls.handshake(tls, ch, host, port, connectTimeoutMs);
-            return new TierConnection(ch, ssl, false, peer);
         } catch (IOException | RuntimeException e) {
             ch.close();
             throw e;
