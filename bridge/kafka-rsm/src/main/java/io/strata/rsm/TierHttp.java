@@ -1,8 +1,5 @@
 package io.strata.rsm;
 
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
-
 import javax.crypto.spec.SecretKeySpec;
 
 import java.io.EOFException;
@@ -10,22 +7,18 @@ import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
 import java.math.BigDecimal;
-import java.net.StandardProtocolFamily;
 import java.net.URI;
-import java.net.UnixDomainSocketAddress;
 import java.net.http.HttpConnectTimeoutException;
 import java.net.http.HttpTimeoutException;
 import java.nio.ByteBuffer;
 import java.nio.channels.ClosedByInterruptException;
 import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
-import java.nio.file.InvalidPathException;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayDeque;
 import java.util.Map;
 import java.util.Objects;
-import java.util.concurrent.TimeUnit;
 
 /**
  * The bridge's HTTP/1.1 client: one request at a time per connection, connections kept alive in
@@ -50,7 +43,7 @@ import java.util.concurrent.TimeUnit;
  * proof. When allowed ({@code auto}, plain http), new connections go to that socket (bulk reads
  * over it cost a third of loopback TCP's) and run the hello again there; when it cannot be
  * connected to, or whoever listens there fails the hello, the client goes back to TCP and tries
- * the socket again only after {@link #SOCKET_RETRY_NANOS}.
+ * the socket again only after {@link UnixSocketTransport#RETRY_NANOS}.
  *
  * <p>Calls block on {@link SocketChannel}s, so a thread interrupted while it waits gets
  * {@link ClosedByInterruptException} (and the connection is dropped). A shared timer closes a
@@ -58,16 +51,12 @@ import java.util.concurrent.TimeUnit;
  * {@code https} endpoints get TLS over the same TCP channel, with host name verification.
  */
 final class TierHttp {
-    private static final Logger LOG = LoggerFactory.getLogger(TierHttp.class);
-
     static final String HELLO_PATH = "/v1/hello";
     static final String FETCH_PATH = "/v1/fetch";
     /** The type of a fetch answered with cache files to read instead of bytes ({@link Handoff}). */
     static final String HANDOFF_TYPE = "application/vnd.strata.handoff+json";
     /** Largest hello answer accepted (a small JSON object). */
     static final int HELLO_CAP = 64 * 1024;
-    /** After a failed connect or hello, the named socket is not tried again for this long. */
-    static final long SOCKET_RETRY_NANOS = Duration.ofSeconds(5).toNanos();
     /** Idle connections kept; the broker runs about 10 remote reader threads by default. */
     static final int MAX_IDLE = 16;
     /** Idle connections older than this are closed instead of reused (servers drop idle ones). */
@@ -99,14 +88,7 @@ final class TierHttp {
     private final int connectTimeoutMs;
     private final TcpTransport tcp;
     private final SecretKeySpec secret;
-    /** Whether the socket strata tier names in its hello is used. */
-    private final boolean followSocket;
-    /** The socket every connection goes to, or {@code null} ({@code strata.unix.socket} set to a path). */
-    private final Path fixedSocket;
-    /** The socket strata tier named, new connections go there; {@code null} for TCP. */
-    private volatile Path socket;
-    private volatile Path failedSocket;
-    private volatile long failedAt;
+    private final UnixSocketTransport unix;
     private final ArrayDeque<TierConnection> idle = new ArrayDeque<>();
     private boolean closed;
 
@@ -118,8 +100,7 @@ final class TierHttp {
         this.tcp = new TcpTransport(uri.getHost(), uri.getPort() >= 0 ? uri.getPort() : (cfg.https ? 443 : 80),
             connectTimeoutMs, Tls.sockets(cfg));
         this.secret = cfg.secret;
-        this.followSocket = cfg.followSocket;
-        this.fixedSocket = cfg.unixSocket;
+        this.unix = new UnixSocketTransport(cfg.followSocket, cfg.unixSocket, tcp.peer());
     }
 
     /** Closes the idle connections; bodies still open close theirs when they end. */
@@ -137,7 +118,7 @@ final class TierHttp {
 
     /** The Unix socket strata tier named, which new connections go to, or {@code null} (for tests). */
     Path socket() {
-        return socket;
+        return unix.named();
     }
 
     /** {@code GET path}; see {@link #send}. */
@@ -291,10 +272,8 @@ final class TierHttp {
             throw new IOException(c.peer + " closed the connection after the hello");
         }
         c.session = TierAuth.sessionKey(secret, clientNonce, (String) serverNonce);
-        if (!c.unix && socketNamed.isEmpty()) {
-            failedSocket = null;
-        } else if (!c.unix) {
-            named(socketNamed);
+        if (!c.unix) {
+            unix.helloNamed(socketNamed);
         }
     }
 
@@ -351,9 +330,8 @@ final class TierHttp {
                 return null;
             }
             // TCP connections are retired once strata tier's Unix socket is known, and once a
-            // failed socket is due for another try (a new connection's hello names it again:
-            // busy TCP connections would otherwise keep the bridge off the socket for good).
-            if (now - c.idleSince < MAX_IDLE_NANOS && (c.unix || (socket == null && !socketRetryDue(now)))) {
+            // failed socket is due for another try.
+            if (now - c.idleSince < MAX_IDLE_NANOS && (c.unix || unix.keepsTcp(now))) {
                 return c;
             }
             c.close();
@@ -373,20 +351,20 @@ final class TierHttp {
 
     /** A new connection that passed the hello: to the fixed socket, the named one, or TCP. */
     private TierConnection connect() throws IOException {
-        if (fixedSocket != null) {
-            return greeted(openUnix(fixedSocket));
+        if (unix.fixed() != null) {
+            return greeted(UnixSocketTransport.open(unix.fixed()));
         }
-        Path unix = socket;
-        if (unix != null) {
+        Path named = unix.named();
+        if (named != null) {
             TierConnection c = null;
             try {
-                c = openUnix(unix);
+                c = UnixSocketTransport.open(named);
                 hello(c);
                 return c;
             } catch (AuthenticationException | CredentialsRefusedException e) {
                 // An impostor on the socket path: this call fails loudly, later ones use TCP.
                 c.close();
-                forgetSocket(unix, e);
+                unix.failed(named, e);
                 throw e;
             } catch (IOException e) {
                 if (c != null) {
@@ -395,7 +373,7 @@ final class TierHttp {
                 if (e instanceof ClosedByInterruptException || Thread.currentThread().isInterrupted()) {
                     throw e;
                 }
-                forgetSocket(unix, e);
+                unix.failed(named, e);
             }
         }
         return greeted(tcp.open());
@@ -409,54 +387,6 @@ final class TierHttp {
             c.close();
             throw e;
         }
-    }
-
-    /** A socket strata tier named failed, long enough ago to be tried again. */
-    private boolean socketRetryDue(long now) {
-        return followSocket && failedSocket != null && now - failedAt >= SOCKET_RETRY_NANOS;
-    }
-
-    private void forgetSocket(Path unix, IOException why) {
-        failedSocket = unix;
-        failedAt = System.nanoTime();
-        socket = null;
-        LOG.info("strata tier's Unix socket {} is not usable ({}); using TCP {} for {} s", unix, why.toString(),
-            tcp.peer(), TimeUnit.NANOSECONDS.toSeconds(SOCKET_RETRY_NANOS));
-    }
-
-    private static TierConnection openUnix(Path path) throws IOException {
-        SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
-        try {
-            ch.connect(UnixDomainSocketAddress.of(path));
-            return new TierConnection(ch, null, true, "the Unix socket " + path);
-        } catch (IOException | RuntimeException e) {
-            ch.close();
-            throw e;
-        }
-    }
-
-    /** An authenticated TCP hello named strata tier's Unix socket: use it for new connections if allowed. */
-    private void named(String value) {
-        if (!followSocket || socket != null) {
-            return;
-        }
-        Path p;
-        try {
-            p = Path.of(value);
-        } catch (InvalidPathException e) {
-            return;
-        }
-        if (!p.isAbsolute()) {
-            return;
-        }
-        if (p.equals(failedSocket) && System.nanoTime() - failedAt < SOCKET_RETRY_NANOS) {
-            return;
-        }
-        if (!p.equals(failedSocket)) {
-            LOG.info("strata tier also listens on the Unix socket {}: new connections go there", p);
-        }
-        failedSocket = null;
-        socket = p;
     }
 
     // -------------------------------------------------------------------------------------------
