@@ -16,7 +16,6 @@ import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.ArrayDeque;
 import java.util.Map;
 import java.util.Objects;
 
@@ -57,10 +56,6 @@ final class TierHttp {
     static final String HANDOFF_TYPE = "application/vnd.strata.handoff+json";
     /** Largest hello answer accepted (a small JSON object). */
     static final int HELLO_CAP = 64 * 1024;
-    /** Idle connections kept; the broker runs about 10 remote reader threads by default. */
-    static final int MAX_IDLE = 16;
-    /** Idle connections older than this are closed instead of reused (servers drop idle ones). */
-    static final long MAX_IDLE_NANOS = Duration.ofSeconds(20).toNanos();
     /**
      * A body closed with at most this many bytes unread is read to its end so that its connection
      * can be reused; with more left, the connection is closed (reconnecting is cheaper).
@@ -89,8 +84,7 @@ final class TierHttp {
     private final TcpTransport tcp;
     private final SecretKeySpec secret;
     private final UnixSocketTransport unix;
-    private final ArrayDeque<TierConnection> idle = new ArrayDeque<>();
-    private boolean closed;
+    private final ConnectionPool pool;
 
     TierHttp(BridgeConfig cfg) {
         URI uri = URI.create(cfg.endpoint);
@@ -101,19 +95,12 @@ final class TierHttp {
             connectTimeoutMs, Tls.sockets(cfg));
         this.secret = cfg.secret;
         this.unix = new UnixSocketTransport(cfg.followSocket, cfg.unixSocket, tcp.peer());
+        this.pool = new ConnectionPool(unix::keepsTcp);
     }
 
     /** Closes the idle connections; bodies still open close theirs when they end. */
     void close() {
-        ArrayDeque<TierConnection> drop;
-        synchronized (idle) {
-            closed = true;
-            drop = new ArrayDeque<>(idle);
-            idle.clear();
-        }
-        for (TierConnection c : drop) {
-            c.close();
-        }
+        pool.close();
     }
 
     /** The Unix socket strata tier named, which new connections go to, or {@code null} (for tests). */
@@ -150,7 +137,7 @@ final class TierHttp {
     private Response send(String method, String path, RequestBody body, Duration headTimeout, int cap)
             throws IOException {
         long timeoutMs = Math.max(1, headTimeout.toMillis());
-        TierConnection c = takeIdle();
+        TierConnection c = pool.take();
         if (c != null) {
             try {
                 return exchange(c, method, path, body, timeoutMs, cap);
@@ -217,7 +204,7 @@ final class TierHttp {
             return new Response(r.status, null, new Body(c, r.length, r.keepAlive), r.contentType);
         }
         if (r.reusable()) {
-            release(c);
+            pool.release(c);
         } else {
             c.close();
         }
@@ -317,36 +304,6 @@ final class TierHttp {
         }
         String s = new String(body, 0, Math.min(body.length, 200), StandardCharsets.UTF_8).strip();
         return s.isEmpty() ? "" : " (" + s.replaceAll("\\p{Cntrl}", " ") + ")";
-    }
-
-    private TierConnection takeIdle() {
-        long now = System.nanoTime();
-        while (true) {
-            TierConnection c;
-            synchronized (idle) {
-                c = idle.pollFirst();
-            }
-            if (c == null) {
-                return null;
-            }
-            // TCP connections are retired once strata tier's Unix socket is known, and once a
-            // failed socket is due for another try.
-            if (now - c.idleSince < MAX_IDLE_NANOS && (c.unix || unix.keepsTcp(now))) {
-                return c;
-            }
-            c.close();
-        }
-    }
-
-    private void release(TierConnection c) {
-        c.idleSince = System.nanoTime();
-        synchronized (idle) {
-            if (!closed && idle.size() < MAX_IDLE) {
-                idle.addFirst(c);
-                return;
-            }
-        }
-        c.close();
     }
 
     /** A new connection that passed the hello: to the fixed socket, the named one, or TCP. */
@@ -478,7 +435,7 @@ final class TierHttp {
                 return;
             }
             if (reusable) {
-                release(c);
+                pool.release(c);
             } else {
                 c.close();
             }
