@@ -6,17 +6,14 @@ import java.io.EOFException;
 import java.io.IOException;
 import java.io.InputStream;
 import java.io.OutputStream;
-import java.math.BigDecimal;
 import java.net.URI;
 import java.net.http.HttpConnectTimeoutException;
 import java.net.http.HttpTimeoutException;
 import java.nio.ByteBuffer;
 import java.nio.channels.ClosedByInterruptException;
 import java.nio.channels.SocketChannel;
-import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
-import java.util.Map;
 import java.util.Objects;
 
 /**
@@ -54,15 +51,11 @@ final class TierHttp {
     static final String FETCH_PATH = "/v1/fetch";
     /** The type of a fetch answered with cache files to read instead of bytes ({@link Handoff}). */
     static final String HANDOFF_TYPE = "application/vnd.strata.handoff+json";
-    /** Largest hello answer accepted (a small JSON object). */
-    static final int HELLO_CAP = 64 * 1024;
     /**
      * A body closed with at most this many bytes unread is read to its end so that its connection
      * can be reused; with more left, the connection is closed (reconnecting is cheaper).
      */
     static final long DRAIN_MAX = 256 * 1024;
-
-    private static final byte[] EMPTY = new byte[0];
 
     /** A request body: what the request mac covers, and how it is written after the head. */
     interface RequestBody {
@@ -77,23 +70,18 @@ final class TierHttp {
         void write(OutputStream out, byte[] head, SecretKeySpec session, long seq) throws IOException;
     }
 
-    /** Path prefix of the endpoint, no trailing slash ("" for none). */
-    private final String basePath;
-    private final String hostHeader;
-    private final int connectTimeoutMs;
+    private final TierSession session;
     private final TcpTransport tcp;
-    private final SecretKeySpec secret;
     private final UnixSocketTransport unix;
     private final ConnectionPool pool;
 
     TierHttp(BridgeConfig cfg) {
         URI uri = URI.create(cfg.endpoint);
-        this.basePath = uri.getRawPath() == null ? "" : uri.getRawPath();
-        this.hostHeader = uri.getRawAuthority();
-        this.connectTimeoutMs = (int) Math.min(Integer.MAX_VALUE, Math.max(1, cfg.connectTimeout.toMillis()));
+        int connectTimeoutMs = (int) Math.min(Integer.MAX_VALUE, Math.max(1, cfg.connectTimeout.toMillis()));
+        this.session = new TierSession(cfg.secret, uri.getRawPath() == null ? "" : uri.getRawPath(),
+            uri.getRawAuthority(), connectTimeoutMs);
         this.tcp = new TcpTransport(uri.getHost(), uri.getPort() >= 0 ? uri.getPort() : (cfg.https ? 443 : 80),
             connectTimeoutMs, Tls.sockets(cfg));
-        this.secret = cfg.secret;
         this.unix = new UnixSocketTransport(cfg.followSocket, cfg.unixSocket, tcp.peer());
         this.pool = new ConnectionPool(unix::keepsTcp);
     }
@@ -167,39 +155,7 @@ final class TierHttp {
     /** One signed exchange on a connection that passed the hello. The caller closes {@code c} on failure. */
     private Response exchange(TierConnection c, String method, String path, RequestBody body, long timeoutMs, int cap)
             throws IOException {
-        long seq = ++c.seq;
-        String mac = TierAuth.requestMac(c.session, seq, method, path, body == null ? EMPTY : body.signed());
-        byte[] head = head(method, path, body, seq + " " + mac);
-        boolean fetch = path.equals(FETCH_PATH);
-        Http1.Raw r = c.exchange(out -> {
-            if (body == null) {
-                out.write(head);
-            } else {
-                body.write(out, head, c.session, seq);
-            }
-        }, timeoutMs, raw -> fetch && raw.status == 200 && !HANDOFF_TYPE.equals(raw.contentType), cap);
-        if (r.status == 401 && r.auth == null) {
-            throw new CredentialsRefusedException("HTTP 401 to " + method + " " + path + printable(r.body));
-        }
-        String digest;
-        if (r.body != null) {
-            digest = TierAuth.bodyDigest(r.body);
-        } else if (r.length >= 0 && !r.chunked) {
-            digest = TierAuth.streamDigest(r.length);
-        } else {
-            throw new AuthenticationException("its 200 answer to " + path + " has no Content-Length, which its"
-                + " signature must cover");
-        }
-        if (r.auth == null) {
-            // The status is named for diagnosis only (strata tier refuses some requests unsigned
-            // before it checks them); nothing else of the answer is used.
-            throw new AuthenticationException("its answer to " + method + " " + path + " has no Strata-Auth"
-                + " signature (an unsigned HTTP " + r.status + ", not trusted)");
-        }
-        if (r.authRepeated || !TierAuth.matches(TierAuth.responseMac(c.session, seq, r.status, digest), r.auth)) {
-            throw new AuthenticationException("its answer to " + method + " " + path + " has a wrong Strata-Auth"
-                + " signature");
-        }
+        Http1.Raw r = session.exchange(c, method, path, body, timeoutMs, cap);
         if (r.body == null) {
             return new Response(r.status, null, new Body(c, r.length, r.keepAlive), r.contentType);
         }
@@ -211,65 +167,8 @@ final class TierHttp {
         return new Response(r.status, r.body, null, r.contentType);
     }
 
-    /**
-     * The hello: proves that whoever answers on {@code c} holds the secret, and gives the
-     * connection its session key. Nothing else is sent on a connection before it passed.
-     */
-    private void hello(TierConnection c) throws IOException {
-        String clientNonce = TierAuth.newNonce();
-        JsonBody body = new JsonBody(("{\"version\":" + TierAuth.VERSION + ",\"client_nonce\":\"" + clientNonce + "\"}")
-            .getBytes(StandardCharsets.UTF_8));
-        byte[] head = head("POST", HELLO_PATH, body, null);
-        Http1.Raw r = c.exchange(out -> body.write(out, head, null, 0), connectTimeoutMs, raw -> false, HELLO_CAP);
-        if (r.status == 401) {
-            throw new CredentialsRefusedException("HTTP 401 to its hello" + printable(r.body));
-        }
-        if (r.status != 200) {
-            throw new AuthenticationException(c.peer + " answered the hello with HTTP " + r.status
-                + " (is it a strata tier that speaks protocol version " + TierAuth.VERSION + "?)");
-        }
-        Object parsed;
-        try {
-            parsed = JsonReader.parse(new String(r.body, StandardCharsets.UTF_8));
-        } catch (IllegalArgumentException e) {
-            throw new AuthenticationException(c.peer + " answered the hello with a body that is not JSON");
-        }
-        Map<?, ?> m = parsed instanceof Map ? (Map<?, ?>) parsed : Map.of();
-        Object version = m.get("version");
-        Object serverNonce = m.get("server_nonce");
-        Object named = m.get("socket");
-        Object proof = m.get("proof");
-        if (!(version instanceof BigDecimal) || ((BigDecimal) version).compareTo(BigDecimal.valueOf(TierAuth.VERSION)) != 0) {
-            throw new AuthenticationException(c.peer + " answered the hello without protocol version "
-                + TierAuth.VERSION);
-        }
-        if (!(serverNonce instanceof String) || !TierAuth.isNonce((String) serverNonce)
-                || !(proof instanceof String) || !(named == null || named instanceof String)) {
-            throw new AuthenticationException(c.peer + " answered the hello without a well-formed server_nonce,"
-                + " socket and proof");
-        }
-        String socketNamed = named == null ? "" : (String) named;
-        String expected = TierAuth.proof(secret, clientNonce, (String) serverNonce, socketNamed);
-        if (!TierAuth.matches(expected, (String) proof)) {
-            throw new AuthenticationException("the hello proof of " + c.peer + " is wrong: it does not hold the"
-                + " bridge's secret (check that strata.secret.file holds the same secret as strata's"
-                + " tier.secret_file, and that nothing else listens there)");
-        }
-        if (!r.reusable()) {
-            throw new IOException(c.peer + " closed the connection after the hello");
-        }
-        c.session = TierAuth.sessionKey(secret, clientNonce, (String) serverNonce);
-        if (!c.unix) {
-            unix.helloNamed(socketNamed);
-        }
-    }
-
-    private byte[] head(String method, String path, RequestBody body, String auth) {
-        return Http1.head(method, basePath + path, hostHeader, body, auth);
-    }
-
     /** A JSON body, written with its head in one write. */
-    private static final class JsonBody implements RequestBody {
+    static final class JsonBody implements RequestBody {
         private final byte[] json;
 
         JsonBody(byte[] json) {
@@ -297,15 +196,6 @@ final class TierHttp {
         }
     }
 
-    /** An unauthenticated body for a message: short, on one line. */
-    private static String printable(byte[] body) {
-        if (body == null || body.length == 0) {
-            return "";
-        }
-        String s = new String(body, 0, Math.min(body.length, 200), StandardCharsets.UTF_8).strip();
-        return s.isEmpty() ? "" : " (" + s.replaceAll("\\p{Cntrl}", " ") + ")";
-    }
-
     /** A new connection that passed the hello: to the fixed socket, the named one, or TCP. */
     private TierConnection connect() throws IOException {
         if (unix.fixed() != null) {
@@ -316,7 +206,7 @@ final class TierHttp {
             TierConnection c = null;
             try {
                 c = UnixSocketTransport.open(named);
-                hello(c);
+                session.hello(c);
                 return c;
             } catch (AuthenticationException | CredentialsRefusedException e) {
                 // An impostor on the socket path: this call fails loudly, later ones use TCP.
@@ -336,9 +226,13 @@ final class TierHttp {
         return greeted(tcp.open());
     }
 
+    /** {@code c} once it passed the hello; a TCP hello may name strata tier's Unix socket. */
     private TierConnection greeted(TierConnection c) throws IOException {
         try {
-            hello(c);
+            String named = session.hello(c);
+            if (!c.unix) {
+                unix.helloNamed(named);
+            }
             return c;
         } catch (IOException | RuntimeException e) {
             c.close();
