@@ -30,16 +30,18 @@ final class TierConnection {
 
     final SocketChannel channel;
     /** {@code null} unless the endpoint is https. */
-    final SSLSocket ssl;
-    final InputStream sslIn;
-    final OutputStream sslOut;
+    private final SSLSocket ssl;
+    private final InputStream sslIn;
+    private final OutputStream sslOut;
     final boolean unix;
     /** Where it goes, for messages. */
     final String peer;
-    final byte[] buf = new byte[BUFFER_BYTES];
-    final ByteBuffer bufView = ByteBuffer.wrap(buf);
-    int pos;
-    int lim;
+    private final byte[] buf = new byte[BUFFER_BYTES];
+    private final ByteBuffer bufView = ByteBuffer.wrap(buf);
+    /** The unread bytes of {@code buf} are {@code [pos, lim)}. */
+    private int pos;
+    private int lim;
+    /** When it went back to the pool ({@link System#nanoTime()}). */
     long idleSince;
     /** The session key, set once the hello passed. */
     SecretKeySpec session;

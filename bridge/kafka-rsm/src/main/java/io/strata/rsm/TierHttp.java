@@ -17,8 +17,20 @@ import java.time.Duration;
 import java.util.Objects;
 
 /**
- * The bridge's HTTP/1.1 client: one request at a time per connection, connections kept alive in
- * a small pool, response bodies read straight from the socket.
+ * The bridge's HTTP/1.1 client to strata tier: authenticated requests in, checked responses out,
+ * one request at a time per connection, connections kept alive, a fetch's body read straight
+ * from the socket. Each concern has its own class in this package:
+ * <ul>
+ *   <li>{@link ConnectionPool}: the idle connections kept for reuse;</li>
+ *   <li>{@link TcpTransport} and {@link Tls}: TCP connections, with TLS for {@code https};</li>
+ *   <li>{@link UnixSocketTransport}: the Unix socket strata tier names, and the fallback to TCP;</li>
+ *   <li>{@link TierConnection}: one connection, its read buffer and its timed exchange;</li>
+ *   <li>{@link Http1}: request heads and response framing;</li>
+ *   <li>{@link TierSession}: the hello and the signatures (values from {@link TierAuth});</li>
+ *   <li>{@link Deadline}: the timer that closes a connection whose response is late.</li>
+ * </ul>
+ * Here: the calls, the one retry of a request that met a stale idle connection, which transport
+ * a new connection takes, and the live body of a fetch.
  *
  * <p>Why not {@code java.net.http.HttpClient}: the broker's remote reads are many short
  * exchanges (one per consumer fetch, about 1 MiB each, the stream closed before the end). Through
@@ -28,23 +40,13 @@ import java.util.Objects;
  * of the body is a read of the socket (small reads are served from a 64 KiB buffer), and a
  * connection whose body was read to its end, or nearly, goes back to the pool.
  *
- * <p>Authentication (README, "Authentication"): every new connection starts with the hello, and
- * is used only once strata tier's proof checked; each request is signed with the connection's
- * session key and a per-connection {@code seq}, and each response's signature is checked before
- * its status or body reach the caller. So the client buffers every body (bounded by the caller's
- * cap) except a {@code 200} answer to {@code /v1/fetch}, whose signature covers its length only:
- * that one is handed out live.
- *
- * <p>Unix domain socket: strata tier names the socket it also listens on in its hello, under its
- * proof. When allowed ({@code auto}, plain http), new connections go to that socket (bulk reads
- * over it cost a third of loopback TCP's) and run the hello again there; when it cannot be
- * connected to, or whoever listens there fails the hello, the client goes back to TCP and tries
- * the socket again only after {@link UnixSocketTransport#RETRY_NANOS}.
+ * <p>Every body is buffered (bounded by the caller's cap) so that its signature is checked before
+ * the caller sees it, except a {@code 200} answer to {@code /v1/fetch}, whose signature covers its
+ * length only: that one is handed out live.
  *
  * <p>Calls block on {@link SocketChannel}s, so a thread interrupted while it waits gets
- * {@link ClosedByInterruptException} (and the connection is dropped). A shared timer closes a
- * connection whose response is late ({@link Deadline}); the caller then sees {@link HttpTimeoutException}.
- * {@code https} endpoints get TLS over the same TCP channel, with host name verification.
+ * {@link ClosedByInterruptException} (and the connection is dropped). A late response closes its
+ * connection; the caller then sees {@link HttpTimeoutException}.
  */
 final class TierHttp {
     static final String HELLO_PATH = "/v1/hello";
