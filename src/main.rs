@@ -87,6 +87,11 @@ enum Command {
         /// not covered.
         #[arg(long, value_name = "SECS", default_value_t = 600, requires = "once")]
         once_deadline: u64,
+        /// Write the run's metrics to this file at its end, in the Prometheus text format (the
+        /// node exporter's textfile collector), with strata_dump_last_success_timestamp_seconds
+        /// per task kept across failed runs.
+        #[arg(long, value_name = "PATH")]
+        metrics_file: Option<PathBuf>,
     },
     /// Copy topics between the local cluster and a peer cluster (type = "replicate" tasks),
     /// exactly once, with MirrorMaker 2's offset syncs and checkpoints.
@@ -240,6 +245,40 @@ fn start_logging(cfg: &Config, arg: Option<LogFormatArg>) -> anyhow::Result<()> 
 }
 
 /// What every long-running mode starts with: logs, metrics, and a stop flag set by signals.
+/// Runs the dump tasks and reports their end; the exit code.
+async fn dump(cfg: &Config, opts: strata::dump::DumpOptions, stop: Arc<AtomicBool>) -> u8 {
+    let summaries = match strata::dump::run(cfg, opts, stop).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("dump failed: {e}");
+            eprintln!("error: dump failed: {e}");
+            return e.exit_code();
+        }
+    };
+    for s in &summaries {
+        tracing::info!(task = %s.task, objects = s.objects, records = s.records, bytes = s.bytes, "done");
+        if s.cdc.messages > 0 {
+            let c = &s.cdc;
+            tracing::info!(task = %s.task, messages = c.messages, changes = c.changes, repeats = c.repeats, malformed = c.malformed, verbatim = c.verbatim, "CDC tables");
+        }
+        for p in &s.partitions {
+            tracing::info!(task = %s.task, topic = %p.topic, partition = p.partition, from = p.from, to = p.to, covered_by = p.coverage.as_str(), "partition");
+        }
+        for g in &s.gaps {
+            tracing::warn!(task = %s.task, topic = %g.topic, partition = g.partition, from = g.from, to = g.to - 1, "offsets deleted by retention before they were archived");
+        }
+        if opts.once {
+            eprintln!("{}", s.line());
+        }
+    }
+    if let Err(e) = strata::dump::check_gaps(cfg, opts, &summaries) {
+        tracing::error!("dump incomplete: {e}");
+        eprintln!("error: {e}");
+        return e.exit_code();
+    }
+    0
+}
+
 async fn start_mode(
     cfg: &Config,
     log_format: Option<LogFormatArg>,
@@ -324,6 +363,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             config,
             once,
             once_deadline,
+            metrics_file,
         } => {
             let cfg = match load(&config) {
                 Ok(c) => c,
@@ -334,33 +374,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 once,
                 once_deadline: std::time::Duration::from_secs(once_deadline),
             };
-            let summaries = match strata::dump::run(&cfg, opts, stop).await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::error!("dump failed: {e}");
-                    eprintln!("error: dump failed: {e}");
-                    return Ok(ExitCode::from(e.exit_code()));
-                }
-            };
-            for s in &summaries {
-                tracing::info!(task = %s.task, objects = s.objects, records = s.records, bytes = s.bytes, "done");
-                if s.cdc.messages > 0 {
-                    let c = &s.cdc;
-                    tracing::info!(task = %s.task, messages = c.messages, changes = c.changes, repeats = c.repeats, malformed = c.malformed, verbatim = c.verbatim, "CDC tables");
-                }
-                for p in &s.partitions {
-                    tracing::info!(task = %s.task, topic = %p.topic, partition = p.partition, from = p.from, to = p.to, covered_by = p.coverage.as_str(), "partition");
-                }
-                for g in &s.gaps {
-                    tracing::warn!(task = %s.task, topic = %g.topic, partition = g.partition, from = g.from, to = g.to - 1, "offsets deleted by retention before they were archived");
+            let code = dump(&cfg, opts, stop).await;
+            if code == 0 {
+                strata::dump::mark_success(&cfg);
+            }
+            if let Some(path) = metrics_file {
+                if let Err(e) = strata::telemetry::write_metrics_file(&path) {
+                    eprintln!(
+                        "error: cannot write the metrics file {}: {e}",
+                        path.display()
+                    );
+                    return Ok(ExitCode::from(code.max(1)));
                 }
             }
-            if let Err(e) = strata::dump::check_gaps(&cfg, opts, &summaries) {
-                tracing::error!("dump incomplete: {e}");
-                eprintln!("error: {e}");
-                return Ok(ExitCode::from(e.exit_code()));
-            }
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitCode::from(code))
         }
         Command::Replicate {
             config,
