@@ -17,7 +17,7 @@ mod requests;
 pub mod roll;
 mod sequencer;
 mod sink;
-pub(crate) mod snapshot;
+pub mod snapshot;
 pub(crate) mod start;
 mod task;
 mod upload;
