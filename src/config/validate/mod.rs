@@ -18,6 +18,8 @@ use super::secret::{self, Secret};
 use super::size::RawSize;
 use super::*;
 use crate::format::{Delimiter, FormatKind, FormatSpec, TextOptions};
+use chrono_tz::Tz;
+use std::collections::BTreeMap;
 
 /// Parses TOML text; syntax and type errors give the line and column, without echoing values.
 pub(super) fn parse(text: &str, origin: &str) -> Result<RawConfig, ConfigError> {
