@@ -86,9 +86,16 @@ pub(in crate::config) fn refused_property(name: &str, clients: Clients) -> Optio
     }
 }
 
-/// A Kafka table (`[kafka]`, `[restore.kafka]`, `[tasks.peer]`) whose properties reach `clients`.
-pub(super) fn kafka(cx: &mut Ctx<'_>, table: &str, raw: RawKafka, clients: Clients) -> KafkaConfig {
-    cx.unknown(table, &raw.unknown, KAFKA_KEYS);
+/// A Kafka table (`[kafka]`, `[restore.kafka]`, `[tasks.peer]`) whose properties reach `clients`;
+/// `known`: the table's keys, for its unknown ones.
+pub(super) fn kafka(
+    cx: &mut Ctx<'_>,
+    table: &str,
+    raw: RawKafka,
+    clients: Clients,
+    known: &[&str],
+) -> KafkaConfig {
+    cx.unknown(table, &raw.unknown, known);
     let key = |k: &str| format!("{table}.{k}");
     let servers: Vec<String> = match &raw.bootstrap_servers {
         None => vec![defaults::BOOTSTRAP.to_string()],

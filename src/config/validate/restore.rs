@@ -122,7 +122,13 @@ pub(super) fn restore(
         &raw.key_separator,
     );
     let kafka = match raw.kafka {
-        Some(k) => super::kafka::kafka(cx, "restore.kafka", k, super::kafka::Clients::RestoreOnly),
+        Some(k) => super::kafka::kafka(
+            cx,
+            "restore.kafka",
+            k,
+            super::kafka::Clients::RestoreOnly,
+            KAFKA_KEYS,
+        ),
         None => source_kafka.clone(),
     };
     if cx.issues.len() > before {
