@@ -236,8 +236,8 @@ impl S3Store {
                 .to_string(),
             ErrorKind::Rejected => "the store rejected the request, and sending it again gets \
                 the same answer; check that store.endpoint is an S3 API that takes unsigned \
-                payloads with CRC32C checksums, and that object keys (store.prefix, dump.dir) \
-                stay within its limits"
+                payloads with CRC32C checksums, and that object keys (the prefix of store.url, \
+                tasks[].directory, tier.prefix) stay within its limits"
                 .to_string(),
             _ => "the store refused the request; strata retries transient failures".to_string(),
         };
