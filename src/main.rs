@@ -464,7 +464,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// `strata tier` runs for months and serves chunks that come and go at the pace of the traffic.
 /// Its threads share one jemalloc arena whose freed pages go back after 1 s: under load a freed
 /// chunk buffer is reused at once instead of being returned and faulted in again (handing pages
-/// back at once cost over half of its CPU on cold reads, bench/README.md), and with one arena the
+/// back at once was much of its CPU on cold reads: bench/README.md, Tier), and with one arena the
 /// pages kept are one working set, not one per thread, so RSS stays near its cache and the
 /// chunks in flight, and goes back there when idle (tests/tier.rs checks both). Called before any
 /// other thread exists.

@@ -53,8 +53,8 @@ pub mod defaults {
     pub const STORE_URL: &str = "file://./strata-archive";
     pub const BOOTSTRAP: &str = "127.0.0.1:9092";
     /// S3's smallest part: an open object holds up to a part in memory, and a task with many
-    /// partitions open keeps one object open for each (4 GiB over 32 partitions to S3 peaked
-    /// 50-60 MiB lower than with 8 MiB parts, bench/README.md).
+    /// partitions open keeps one object open for each (8 MiB parts peaked higher for the same
+    /// CPU: bench/README.md, "Memory with every default").
     pub const PART_SIZE: ByteSize = ByteSize::mib(5);
     pub const MAX_ATTEMPTS: u32 = 5;
     pub const TIER_LISTEN: &str = "127.0.0.1:9190";

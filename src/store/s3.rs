@@ -795,8 +795,9 @@ const ABORT_ATTEMPTS: u32 = 13;
 
 /// The `x-amz-checksum-crc32c` value of a body: base64 of the big-endian CRC32C. Bodies go up
 /// with this checksum instead of a SHA-256 payload signature (`UNSIGNED-PAYLOAD`): the store
-/// still refuses a body changed on the way, and hashing the payload was a fifth of a text
-/// dump's CPU to S3 (bench/README.md), CRC32C a hundredth of that.
+/// still refuses a body changed on the way, and hashing the payload was a large share of a text
+/// dump's CPU to S3, CRC32C a small fraction of it (bench/README.md, "Allocator purging and
+/// unsigned payloads").
 fn crc32c_header(crc: u32) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(crc.to_be_bytes())
