@@ -1,13 +1,16 @@
 #!/usr/bin/env python3
-"""Interleaved A/B runs of `strata dump --once` variants against the kcat floor.
+"""Interleaved A/B runs of `strata dump --once` and `strata replicate --once` variants against the
+kcat floor.
 
 Each round runs kcat, then every variant once, in that order; the table reports medians of the
 rounds, so slow drift of a shared machine spreads over all variants instead of hitting one. The
 topic must exist (bench/run creates it; the default is the 1 GiB data set of `bench/run --only
 dump`) and the services must be up (`./dev up`).
 
-A variant is NAME=BINARY:FORMAT (text, jsonl, parquet, or cdc for CDC tables), optionally
-followed by settings, each after a colon:
+A variant is NAME=BINARY:FORMAT (text, jsonl, parquet, or cdc for CDC tables; replicate or
+replicate-eos for `strata replicate --once` of the topic to the dev peer cluster, exactly once
+off or on, into a new target topic each run), optionally followed by settings, each after a
+colon:
   env.KEY=VALUE        an environment variable of the strata process (e.g. MALLOC_CONF)
   kafka.KEY=VALUE      a librdkafka property, written to [kafka.properties]
 With --s3 ENDPOINT every variant dumps to that S3 server instead of a local directory.
@@ -19,6 +22,8 @@ With --s3 ENDPOINT every variant dumps to that S3 server instead of a local dire
 
 Comparing builds (an allocator, a page size) means building the other commit into its own
 directory first and naming that binary. Python standard library only.
+
+  bench/ab.py --runs 5 --topic T before=/path/strata-a:replicate after=target/release/strata:replicate
 """
 import argparse
 import os
@@ -101,6 +106,48 @@ def strata_config(out_dir, topic, fmt, props, s3_endpoint=None):
             + ('format = "parquet"\n\n[tasks.cdc]\n' if fmt == "cdc" else f'format = "{fmt}"\n'))
 
 
+REPLICATE_TOML = """\
+[kafka]
+bootstrap_servers = "{src}"
+{props}
+[[tasks]]
+type = "replicate"
+name = "{name}"
+direction = "push"
+local_alias = "{alias}"
+topics = ["{topic}"]
+rename_topics = true
+exactly_once = {eos}
+[tasks.peer]
+alias = "ab-peer"
+bootstrap_servers = "{dst}"
+security_protocol = "SASL_PLAINTEXT"
+sasl_mechanism = "SCRAM-SHA-512"
+username = "{user}"
+password = "${{PEER_PASSWORD}}"
+"""
+
+
+def replicate_config(topic, fmt, props):
+    """A push of the topic to the dev peer into a topic of its own (`<alias>.<topic>`)."""
+    peer = os.environ.get("STRATA_TEST_PEER_BOOTSTRAP")
+    if not peer:
+        sys.exit("ab.py: replicate variants need the peer: eval \"$(./dev env)\" first")
+    kafka_props = "".join(f'"{k}" = "{v}"\n' for k, v in props.items())
+    tag = uuid.uuid4().hex[:10]
+    return REPLICATE_TOML.format(
+        src=BOOT, props=f"[kafka.properties]\n{kafka_props}" if props else "", name=f"ab-{tag}",
+        alias=f"ab{tag}", topic=topic, eos="true" if fmt == "replicate-eos" else "false",
+        dst=peer, user=os.environ.get("STRATA_TEST_PEER_USER", "strata"))
+
+
+def peer_env():
+    pw = Path(os.environ.get("STRATA_TEST_PEER_PASSWORD_FILE", "/nonexistent"))
+    if not pw.exists():
+        sys.exit("ab.py: no peer password file (STRATA_TEST_PEER_PASSWORD_FILE): eval \"$(./dev env)\"")
+    return {"PEER_PASSWORD": pw.read_text().strip()}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5, help="rounds (default 5)")
@@ -121,10 +168,15 @@ def main():
             for name, binary, fmt, env, props in variants:
                 out = work / "out"
                 shutil.rmtree(out, ignore_errors=True)
-                cfg = work / "dump.toml"
-                cfg.write_text(strata_config(out, a.topic, fmt, props, a.s3))
-                results[name].append(measure([binary, "dump", "--once", "--config", str(cfg)],
-                                             {**os.environ, **env}))
+                cfg = work / "run.toml"
+                if fmt.startswith("replicate"):
+                    cfg.write_text(replicate_config(a.topic, fmt, props))
+                    cmd = [binary, "replicate", "--once", "--config", str(cfg)]
+                    env = {**env, **peer_env()}
+                else:
+                    cfg.write_text(strata_config(out, a.topic, fmt, props, a.s3))
+                    cmd = [binary, "dump", "--once", "--config", str(cfg)]
+                results[name].append(measure(cmd, {**os.environ, **env}))
                 if a.s3:
                     empty_bucket(a.s3)
     finally:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The strata demo, run by `./dev demo` once Kafka and LocalStack are up and the debug binary is
-# built. It:
+# The strata demo, run by `./dev demo` once Kafka is up and the debug binary is built (the
+# demo needs neither LocalStack nor anything else of the test suite). It:
 #   1. creates the topic demo.cdc.orders (3 partitions) unless it exists,
 #   2. produces ~2000 change-data-capture records into it (JSON arrays of row changes keyed by
 #      the primary key, with a few at-least-once duplicates and tombstones) with kcat,
@@ -24,8 +24,9 @@ CONFIG="config/demo.toml"
 ARCHIVE=".dev/demo-archive"          # must match store.url in config/demo.toml
 STATE=".dev/demo"
 LOG=".dev/logs/demo-dump.log"
-STRATA="target/debug/strata"
-PY="${STRATA_TEST_PYTHON:-.dev/venv-tools/bin/python}"
+STRATA="${STRATA_DEMO_BIN:-target/debug/strata}"   # ./dev demo says where cargo built it
+# DuckDB's venv from ./dev demo; the generator itself needs only the standard library.
+PY="${STRATA_DEMO_PYTHON:-.dev/venv-demo/bin/python}"
 [[ -x "$PY" ]] || PY="$(command -v python3)"
 
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }

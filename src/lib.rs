@@ -5,16 +5,21 @@
 //! (the storage companion of brokers' tiered storage). `kafka::source` is the one consumer
 //! loop under dump and replicate.
 
+pub mod cdc;
+pub mod clidoc;
 pub mod config;
 pub mod dump;
 pub mod fatal;
 pub mod format;
+pub mod io;
 pub mod kafka;
 pub mod layout;
 pub mod listen;
 pub mod memory;
 pub mod replicate;
 pub mod restore;
+pub mod size;
+pub mod state;
 pub mod store;
 pub mod telemetry;
 pub mod tier;

@@ -2,7 +2,7 @@
 //! an exit code (0 success, 1 failure, 2 bad configuration or usage).
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -125,6 +125,16 @@ enum Command {
     TierSecret {
         /// Where to write the secret.
         file: PathBuf,
+    },
+    /// Print the shell completion script for SHELL (bash, zsh, fish, elvish, powershell).
+    Completions {
+        #[arg(value_enum)]
+        shell: strata::clidoc::Shell,
+    },
+    /// Print the man page strata(1), or write every page (strata.1, strata-dump.1, ...) into DIR.
+    Man {
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
 }
 
@@ -445,6 +455,26 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 "wrote a new secret to {} (mode 0600); for a broker running as another user, chgrp the file to its group and chmod 0640",
                 file.display()
             );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Completions { shell } => {
+            let script = strata::clidoc::completions(&mut Cli::command(), shell);
+            std::io::Write::write_all(&mut std::io::stdout(), &script)
+                .context("cannot write the completion script to stdout")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir: None } => {
+            let pages = strata::clidoc::man_pages(Cli::command())?;
+            std::io::Write::write_all(&mut std::io::stdout(), &pages[0].1)
+                .context("cannot write the man page to stdout")?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir: Some(dir) } => {
+            let files = strata::clidoc::write_man_pages(Cli::command(), &dir)
+                .with_context(|| format!("cannot write the man pages into {}", dir.display()))?;
+            for f in files {
+                println!("{}", f.display());
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Tier { config } => {

@@ -3,6 +3,7 @@
 //! (2 for configuration, 1 for a failure at run time).
 
 mod common;
+mod release;
 
 use common::*;
 use std::process::{Command, Output};

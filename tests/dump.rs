@@ -761,7 +761,7 @@ async fn cdc_topics_become_typed_tables_without_repeats() {
         summaries.push(dump_once(&toml).await.remove(0));
     }
     let c: Vec<_> = summaries.iter().map(|s| s.cdc).collect();
-    let sum = |f: fn(&strata::dump::cdc::Counts) -> u64| c.iter().map(f).sum::<u64>();
+    let sum = |f: fn(&strata::cdc::Counts) -> u64| c.iter().map(f).sum::<u64>();
     assert_eq!(sum(|c| c.messages), data.records.len() as u64);
     assert_eq!(sum(|c| c.changes), data.changes as u64, "changes in tables");
     assert_eq!(sum(|c| c.repeats), data.repeated as u64, "repeats left out");

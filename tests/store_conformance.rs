@@ -1,7 +1,9 @@
 //! The object store conformance suite against both backends, plus the errors users meet:
-//! a missing bucket and an unreachable endpoint. (LocalStack's community edition accepts any
-//! credentials, so refused credentials are covered by the unit test of `store::s3`'s error
-//! mapping.)
+//! a missing bucket and an unreachable endpoint, and `[store]`'s S3 settings: encryption,
+//! storage class and tags on every object, an assumed role (LocalStack with STS and KMS).
+//! (LocalStack's community edition accepts any credentials and enforces no IAM, so refused
+//! credentials and the actions named on AccessDenied are covered by the unit tests of
+//! `store::s3` and `store::iam`.)
 
 mod common;
 
@@ -115,4 +117,115 @@ async fn requests_the_store_rejects_fail_at_once_with_the_answer() {
             && msg.contains("the prefix of store.url, tasks[].directory"),
         "{msg}"
     );
+}
+
+/// `[store]`'s encryption, storage class and tags reach S3 on every object strata creates:
+/// one PutObject, one multipart upload, and the conformance suite's objects, as HeadObject and
+/// GetObjectTagging show them (LocalStack with KMS: it checks the key exists).
+#[tokio::test]
+async fn s3_objects_carry_encryption_class_and_tags() {
+    let key_arn = localstack_kms_key().await;
+    let prefix = unique("settings");
+    let toml = format!(
+        "{}sse = \"aws:kms\"\nsse_kms_key_id = \"{key_arn}\"\nstorage_class = \"STANDARD_IA\"\ntags = {{ team = \"data\", \"cost center\" = \"kafka/archive\" }}\nacl = \"bucket-owner-full-control\"\n",
+        s3_toml(&prefix)
+    );
+    let store = strata::store::open(&config(&toml).store).await.unwrap();
+    store.check().await.unwrap();
+    store
+        .put("small.jsonl", bytes::Bytes::from_static(b"{}\n"))
+        .await
+        .unwrap();
+    let big: Vec<u8> = (0..(5 << 20) + 3).map(|i| (i % 251) as u8).collect();
+    let mut up = store.put_multipart("big.jsonl").await.unwrap();
+    up.write(bytes::Bytes::from(big.clone())).await.unwrap();
+    up.finish(strata::store::Finish::Replace).await.unwrap();
+    assert_eq!(
+        store.get("big.jsonl").await.unwrap(),
+        big,
+        "SSE-KMS reads back"
+    );
+
+    let want = StoredAs {
+        sse: Some("aws:kms".into()),
+        kms_key: Some(key_arn.clone()),
+        storage_class: Some("STANDARD_IA".into()),
+        tags: vec![
+            ("cost center".into(), "kafka/archive".into()),
+            ("team".into(), "data".into()),
+        ],
+    };
+    for key in ["small.jsonl", "big.jsonl"] {
+        assert_eq!(
+            stored_as(TEST_BUCKET, &format!("{prefix}/{key}")).await,
+            want,
+            "{key}"
+        );
+    }
+    // What a store without those settings writes carries none of it: the values above are
+    // strata's, not LocalStack's defaults.
+    let plain = s3_store(&unique("plain")).await;
+    plain
+        .put("p", bytes::Bytes::from_static(b"x"))
+        .await
+        .unwrap();
+    let plain_key = plain.location("p");
+    let plain_key = plain_key.trim_start_matches(&format!("s3://{TEST_BUCKET}/"));
+    let stored = stored_as(TEST_BUCKET, plain_key).await;
+    assert_ne!(stored.sse.as_deref(), Some("aws:kms"), "{stored:?}");
+    assert_eq!(stored.storage_class, None, "{stored:?}");
+    assert!(stored.tags.is_empty(), "{stored:?}");
+
+    store_suite::run(store.as_ref(), "suite", 12 << 20).await;
+    for o in store.list("").await.unwrap() {
+        assert_eq!(
+            stored_as(TEST_BUCKET, &format!("{prefix}/{}", o.key)).await,
+            want,
+            "{}",
+            o.key
+        );
+    }
+}
+
+/// With `store.role_arn`, strata's requests are made with the role's credentials from STS:
+/// LocalStack files a bucket strata creates under the role's account (111111111111), which
+/// the static keys ("test": account 000000000000) do not own.
+#[tokio::test]
+async fn s3_requests_use_the_assumed_role() {
+    let bucket = unique("strata-it-role");
+    let toml = format!(
+        "[store]\nurl = \"s3://{bucket}/p\"\nendpoint = \"{}\"\naccess_key = \"test\"\nsecret_key = \"test\"\ncreate_bucket = true\nrole_arn = \"arn:aws:iam::111111111111:role/strata-writer\"\nexternal_id = \"strata-it-ext\"\nrole_session_name = \"strata-it\"\n",
+        s3_endpoint()
+    );
+    let store = strata::store::open(&config(&toml).store).await.unwrap();
+    store.check().await.unwrap();
+    store
+        .put("k", bytes::Bytes::from_static(b"through the role"))
+        .await
+        .unwrap();
+    assert_eq!(store.get("k").await.unwrap(), &b"through the role"[..]);
+    let owns = |access_key: &'static str| {
+        let bucket = bucket.clone();
+        async move {
+            sdk_client_as(access_key)
+                .list_buckets()
+                .send()
+                .await
+                .unwrap()
+                .buckets
+                .unwrap_or_default()
+                .into_iter()
+                .any(|b| b.name.as_deref() == Some(bucket.as_str()))
+        }
+    };
+    let (role_owns, keys_own) = (owns("111111111111").await, owns("test").await);
+    store.delete("k").await.unwrap();
+    sdk_client_as("111111111111")
+        .delete_bucket()
+        .bucket(&bucket)
+        .send()
+        .await
+        .unwrap();
+    assert!(role_owns, "the role's account owns the bucket");
+    assert!(!keys_own, "the static keys' account does not");
 }

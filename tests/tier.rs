@@ -737,7 +737,9 @@ async fn metric(addr: &str, name: &str) -> f64 {
         .sum()
 }
 
-async fn api_scenario(compression: &str, chunk: u64) {
+/// The API contract. `store_settings`: `[store]` lines (encryption, class, tags) and how S3
+/// must then show every object tier writes.
+async fn api_scenario(compression: &str, chunk: u64, store_settings: Option<(String, StoredAs)>) {
     init_logs();
     let tmp = tempfile::tempdir().unwrap();
     let src = source_segment(tmp.path()).await;
@@ -754,7 +756,8 @@ async fn api_scenario(compression: &str, chunk: u64) {
         "tier.toml",
         &prefix,
         &format!(
-            "[tier]\nlisten = \"{addr}\"\nprefix = \"tiered\"\nchunk_size = \"{chunk}\"\ncompression = \"{compression}\"\ncache_dir = \"{}\"\ncache_size = \"64MiB\"\n{}[telemetry]\nmetrics_listen = \"{metrics_addr}\"\n",
+            "{}[tier]\nlisten = \"{addr}\"\nprefix = \"tiered\"\nchunk_size = \"{chunk}\"\ncompression = \"{compression}\"\ncache_dir = \"{}\"\ncache_size = \"64MiB\"\n{}[telemetry]\nmetrics_listen = \"{metrics_addr}\"\n",
+            store_settings.as_ref().map_or("", |(lines, _)| lines.as_str()),
             tmp.path().join("cache").display(),
             access_toml(&secret, &src.logs, None),
         ),
@@ -783,6 +786,16 @@ async fn api_scenario(compression: &str, chunk: u64) {
         .map(|e| format!("{base}.{e}"))
         .collect();
     assert_eq!(keys, want);
+    // The segment, its indexes and its manifest carry [store]'s settings.
+    if let Some((_, stored)) = &store_settings {
+        for key in &keys {
+            assert_eq!(
+                &stored_as(TEST_BUCKET, &format!("{prefix}/{key}")).await,
+                stored,
+                "{key}"
+            );
+        }
+    }
     let manifest =
         Manifest::from_json(&store.get(&format!("{base}.manifest")).await.unwrap()).unwrap();
     assert_eq!(manifest.log.size, size as u64);
@@ -1034,12 +1047,23 @@ async fn api_scenario(compression: &str, chunk: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn api_uncompressed_chunks() {
-    api_scenario("none", 64 << 10).await;
+    api_scenario("none", 64 << 10, None).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn api_zstd_chunks() {
-    api_scenario("zstd", 128 << 10).await;
+    // Tier's objects take [store]'s encryption, storage class and tags, as dump's do.
+    let key = localstack_kms_key().await;
+    let lines = format!(
+        "sse = \"aws:kms\"\nsse_kms_key_id = \"{key}\"\nstorage_class = \"STANDARD_IA\"\ntags = {{ tier = \"yes\" }}\n"
+    );
+    let stored = StoredAs {
+        sse: Some("aws:kms".into()),
+        kms_key: Some(key),
+        storage_class: Some("STANDARD_IA".into()),
+        tags: vec![("tier".into(), "yes".into())],
+    };
+    api_scenario("zstd", 128 << 10, Some((lines, stored))).await;
 }
 
 /// A signed fetch request on `c` asking for a handoff (and reporting `damaged`).

@@ -1,10 +1,10 @@
-//! A dump task as validated: which topics go into which archive objects, in which format.
+//! A dump task as validated: which topics go into which archive objects, in which format (the
+//! CDC options live with the CDC tables, `crate::cdc`).
 
-use super::{ByteSize, StartOffset, StoreConfig, TaskName, TopicSelector};
+use super::{ByteSize, CdcOptions, StartOffset, StoreConfig, TaskName, TopicSelector};
 use crate::format::FormatSpec;
 use crate::layout::{DumpDir, TimeDirFormat};
 use chrono_tz::Tz;
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Which clock places a record in a time directory.
@@ -47,34 +47,4 @@ pub struct DumpTask {
     /// `[tasks.cdc]`: values are change-data-capture messages, archived as one table per
     /// source table.
     pub cdc: Option<CdcOptions>,
-}
-
-/// What a CDC task does with a message that is not CDC.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnMalformed {
-    /// Stored as it came under `<dir>/_errors/`, and counted.
-    Keep,
-    /// The task stops with an error naming the message's offset.
-    Fail,
-}
-
-impl OnMalformed {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Keep => "keep",
-            Self::Fail => "fail",
-        }
-    }
-}
-
-/// How a CDC task reads its messages (`../shared/spec/cdc-format.md`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CdcOptions {
-    /// The zone `TIME` (`yyyyMMddHHmmss`, no offset) is written in.
-    pub time_zone: Tz,
-    /// `GLOBAL_ID`s remembered per partition to tell repeats apart.
-    pub repeat_window: usize,
-    pub on_malformed: OnMalformed,
-    /// Declared column types, by table directory (`db.schema.table`) and column.
-    pub types: BTreeMap<String, BTreeMap<String, crate::format::cdc::ColumnType>>,
 }

@@ -13,21 +13,25 @@ mod raw;
 mod replicate;
 mod report;
 mod restore;
+mod s3_options;
 mod secret;
-mod size;
 mod store;
 mod task;
 mod tier;
 mod validate;
 
-pub use dump::{CdcOptions, DumpTask, OnMalformed, TimeSource};
+pub use crate::cdc::{CdcOptions, OnMalformed};
+pub use crate::size::ByteSize;
+pub use dump::{DumpTask, TimeSource};
 pub use kafka::{KafkaConfig, Sasl, SaslMechanism, SecurityProtocol, Tls};
 pub use overrides::RestoreOverrides;
-pub use replicate::{Alias, Direction, GroupSync, ProduceCompression, ReplicateTask, TargetNaming};
+pub use replicate::{
+    never_replicated, Alias, Direction, GroupSync, ProduceCompression, ReplicateTask, TargetNaming,
+};
 pub use report::render_report;
 pub use restore::{Partitioning, RestoreConfig, TopicNaming, BROKER_DEFAULT_REPLICATION};
+pub use s3_options::{AssumeRole, CannedAcl, ObjectOptions, Sse, StorageClass};
 pub use secret::{expand, ExpandError, Secret};
-pub use size::ByteSize;
 pub use store::{Credentials, RegionSource, S3Region, S3Settings, StoreConfig, StoreUrl};
 pub use task::{StartOffset, TaskName, TopicSelector};
 pub use tier::{TierConfig, TierTls};

@@ -2,7 +2,7 @@
 //! [`raw_table!`]: its fields are its keys (the one place a key is declared), the keys it does
 //! not know land in `unknown`, so validation reports all of them at once with a "did you mean".
 
-use super::size::RawSize;
+use crate::size::RawSize;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
@@ -101,6 +101,17 @@ raw_table! {
         pub create_bucket: Option<bool>,
         pub part_size: Option<RawSize>,
         pub max_attempts: Option<u32>,
+        pub session_token: Option<String>,
+        pub role_arn: Option<String>,
+        pub external_id: Option<String>,
+        pub role_session_name: Option<String>,
+        pub sts_endpoint: Option<String>,
+        pub sse: Option<String>,
+        pub sse_kms_key_id: Option<String>,
+        pub storage_class: Option<String>,
+        /// `tags = { team = "data" }` or `[store.tags]`.
+        pub tags: Option<BTreeMap<String, String>>,
+        pub acl: Option<String>,
     }
 }
 

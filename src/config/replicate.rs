@@ -5,6 +5,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+/// Topics that are never replicated: Kafka's and tools' internal topics (`__consumer_offsets`,
+/// `__transaction_state`), MirrorMaker 2's and strata's bookkeeping (`*.internal`).
+pub fn never_replicated(topic: &str) -> bool {
+    topic.starts_with("__") || topic.ends_with("internal")
+}
+
 /// A cluster's name in a replication task: 1-20 of letters, digits, `-`, `_`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Alias(String);

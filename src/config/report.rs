@@ -7,6 +7,28 @@ fn secret(s: &Secret) -> String {
     format!("<set, {}>", s.origin())
 }
 
+/// What every written object carries, as `, SSE-KMS with key K, storage class C, ...`.
+fn object_options(o: &mut String, w: &ObjectOptions) {
+    match &w.sse {
+        Some(Sse::S3) => o.push_str(", SSE-S3 (AES256)"),
+        Some(Sse::Kms { key_id: Some(k) }) => {
+            let _ = write!(o, ", SSE-KMS with key {k}");
+        }
+        Some(Sse::Kms { key_id: None }) => o.push_str(", SSE-KMS with S3's aws/s3 key"),
+        None => {}
+    }
+    if let Some(c) = w.storage_class {
+        let _ = write!(o, ", storage class {}", c.as_str());
+    }
+    if !w.tags.is_empty() {
+        let tags: Vec<String> = w.tags.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let _ = write!(o, ", tags {}", tags.join(","));
+    }
+    if let Some(a) = w.acl {
+        let _ = write!(o, ", ACL {}", a.as_str());
+    }
+}
+
 /// A human summary of a validated configuration; safe to print and to paste into tickets.
 /// `region`: the S3 region as the store found it (`None` when it could not be found).
 pub fn render_report(origin: &str, c: &Config, region: Option<&S3Region>) -> String {
@@ -62,6 +84,7 @@ pub fn render_report(origin: &str, c: &Config, region: Option<&S3Region>) -> Str
             Credentials::Static {
                 access_key,
                 secret_key,
+                session_token,
             } => {
                 let _ = write!(
                     o,
@@ -69,9 +92,16 @@ pub fn render_report(origin: &str, c: &Config, region: Option<&S3Region>) -> Str
                     secret(access_key),
                     secret(secret_key)
                 );
+                if let Some(t) = session_token {
+                    let _ = write!(o, ", session token {}", secret(t));
+                }
             }
             Credentials::DefaultChain => o.push_str(", AWS default credential chain"),
         }
+        if let Some(r) = &s.role {
+            let _ = write!(o, ", assuming {r}");
+        }
+        object_options(&mut o, &s.objects);
         let _ = write!(
             o,
             ", parts of {}, {} attempts)",

@@ -1,6 +1,6 @@
 //! `[store]` as validated: where archives go and how strata talks to S3.
 
-use super::{ByteSize, Secret};
+use super::{AssumeRole, ByteSize, ObjectOptions, Secret};
 use std::fmt;
 use std::path::PathBuf;
 
@@ -26,6 +26,8 @@ pub enum Credentials {
     Static {
         access_key: Secret,
         secret_key: Secret,
+        /// `store.session_token`: the keys are temporary ones (`ASIA...`).
+        session_token: Option<Secret>,
     },
     /// Environment, profile, web identity, instance metadata: the AWS default chain.
     DefaultChain,
@@ -39,6 +41,10 @@ pub struct S3Settings {
     pub endpoint: Option<String>,
     pub path_style: bool,
     pub credentials: Credentials,
+    /// Assumed through STS with `credentials`.
+    pub role: Option<AssumeRole>,
+    /// What every object written carries.
+    pub objects: ObjectOptions,
     pub create_bucket: bool,
     pub part_size: ByteSize,
     pub max_attempts: u32,

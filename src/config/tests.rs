@@ -929,7 +929,7 @@ fn cdc_options_parse_into_types_and_refuse_what_cannot_work() {
     );
     assert_eq!(
         cdc.types["shop.orders"]["amount"],
-        crate::format::cdc::ColumnType::Decimal {
+        crate::cdc::ColumnType::Decimal {
             precision: 12,
             scale: 2
         }

@@ -26,6 +26,13 @@ pub(crate) struct Seal {
     /// A CDC bundle's files and the tag of each one's upload (empty for a single object).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<(String, String)>,
+    /// CRC-32C (Castagnoli) of the object's stored bytes, or of each file of a bundle in the
+    /// order of `files`: what `strata archive verify` checks.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub crc32c: Vec<u32>,
+    /// The earliest and latest record timestamps (ms since the epoch) in the object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub times: Option<(i64, i64)>,
 }
 
 impl Seal {
@@ -508,6 +515,8 @@ mod tests {
             records: 1,
             bytes: 10,
             files: Vec::new(),
+            crc32c: vec![7],
+            times: Some((1, 2)),
         }
     }
 

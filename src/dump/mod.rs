@@ -9,11 +9,12 @@
 //! within a task between the stages.
 
 mod budget;
-pub mod cdc;
 pub(crate) mod index;
 mod once;
 pub mod params;
+mod requests;
 pub mod roll;
+mod sequencer;
 mod sink;
 pub(crate) mod start;
 mod task;
@@ -36,7 +37,7 @@ pub struct Summary {
     pub records: u64,
     pub bytes: u64,
     /// CDC tasks: messages, changes, repeats, malformed and verbatim messages stored.
-    pub cdc: cdc::Counts,
+    pub cdc: crate::cdc::Counts,
     /// `--once`: every partition of the task's topics, from where to where, and who covered it.
     pub partitions: Vec<PartitionReport>,
     /// Offsets retention deleted before they were archived, found by this run.
@@ -148,7 +149,7 @@ pub enum DumpError {
     Malformed {
         task: String,
         topic: String,
-        source: cdc::MalformedAt,
+        source: crate::cdc::MalformedAt,
     },
 }
 

@@ -5,7 +5,8 @@
 //! full makes the source keep the partition's batch (and pause it when that lasts).
 
 use super::once::{Probe, Targets};
-use super::upload::{Control, PartitionFlags, UploadContext};
+use super::requests::Control;
+use super::sequencer::{PartitionFlags, UploadContext};
 use super::writer::ToWriter;
 use super::{DumpError, DumpOptions, Metrics, Tp};
 use crate::config::{DumpTask, KafkaConfig, TopicSelector};
@@ -274,9 +275,9 @@ impl DumpSink {
                 let Some(to) = targets.target(tp) else {
                     continue;
                 };
-                if a.flags.stored.load(Ordering::Relaxed) > 0 {
-                    targets.touched(tp);
-                }
+                // Held by this member: whatever covers it (a stored object, an adopted one, a
+                // start committed where the archive ends) is this run's doing.
+                targets.touched(tp);
                 if a.reached
                     && a.flags.closed.load(Ordering::Relaxed)
                     && a.flags.pending.load(Ordering::Relaxed) == 0
@@ -489,7 +490,7 @@ impl Sink for DumpSink {
         self.next_writer += 1;
         let flags = Arc::new(PartitionFlags::default());
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let handle = self.rt.spawn(super::upload::sequence(
+        let handle = self.rt.spawn(super::sequencer::sequence(
             tp.clone(),
             0,
             rx,

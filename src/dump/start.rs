@@ -1,12 +1,20 @@
 //! Where an assigned partition starts, from the group's committed offset, the partition's
 //! watermarks and where its archive ends (pure). A group whose offsets are gone goes on where
 //! the archive ends; records deleted by retention before they were archived are a gap, which is
-//! recorded beside the archive and reported, never skipped in silence.
+//! recorded beside the archive and reported, never skipped in silence. [`start_partition`] is
+//! the sequencer's side of it: it asks Kafka and the index, then moves the partition.
 
-use super::Tp;
+use super::index::{self, PartitionIndex};
+use super::requests::{facts, rewind_until_done, Seek};
+use super::sequencer::{fatal, next_backoff, PartitionFlags, UploadContext};
+use super::{DumpError, Tp};
 use crate::config::StartOffset;
 use crate::layout::DumpDir;
+use crate::store::StoreError;
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// What Kafka says about a partition when it is assigned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +119,141 @@ pub(crate) fn gap_key(dir: &DumpDir, tp: &Tp, gap: Gap) -> String {
         gap.from,
         gap.to
     )
+}
+
+/// How a partition's start ended.
+pub(super) enum Started {
+    /// The partition reads on from the group's committed offset.
+    AsCommitted,
+    /// The partition was moved; its epoch is this now.
+    Rewound(u64),
+    /// Revoked, or the task failed.
+    Stopped,
+}
+
+/// Settles where an assigned partition starts (see [`plan`]): asks the poll loop what
+/// Kafka says about it and the index where its archive ends, records a gap retention made, and
+/// moves the partition when it must not start at the group's committed offset. Retries while
+/// Kafka or the store fail.
+pub(super) async fn start_partition(
+    cx: Arc<UploadContext>,
+    tp: Tp,
+    mut index: PartitionIndex,
+    flags: Arc<PartitionFlags>,
+) -> (Started, PartitionIndex) {
+    let mut pause = None;
+    loop {
+        let looked = async {
+            let f = facts(&cx, &tp).await.map_err(StartFailure::Kafka)?;
+            let end = index
+                .end(cx.store.as_ref())
+                .await
+                .map_err(StartFailure::Store)?;
+            Ok::<_, StartFailure>((f, end))
+        }
+        .await;
+        let failure = match looked {
+            Ok((f, end)) => match plan(f, end, cx.start_offset) {
+                Err(r) => {
+                    cx.fatal.set(refused(&cx, &tp, r));
+                    return (Started::Stopped, index);
+                }
+                Ok(Plan::AsCommitted) => return (Started::AsCommitted, index),
+                Ok(Plan::Seek { at, gap }) => {
+                    let recorded = match gap {
+                        Some(g) => record_gap(&cx, &tp, g).await,
+                        None => Ok(()),
+                    };
+                    match recorded {
+                        Ok(()) => {
+                            tracing::info!(task = %cx.task, topic = %tp.topic, partition = tp.partition, offset = at, committed = ?f.committed, archive_end = ?end, "partition starts here (the group had no offset or one retention passed)");
+                            let moved =
+                                rewind_until_done(&cx, &tp, Seek::to(at).committing(), &flags)
+                                    .await;
+                            return (moved.map_or(Started::Stopped, Started::Rewound), index);
+                        }
+                        Err(e) => StartFailure::Store(e),
+                    }
+                }
+            },
+            Err(e) => e,
+        };
+        match failure {
+            StartFailure::Store(e) if fatal(&e) => {
+                cx.metrics.store_fatal.increment(1);
+                cx.fatal.set(DumpError::Store {
+                    task: cx.task.clone(),
+                    source: e,
+                });
+                return (Started::Stopped, index);
+            }
+            StartFailure::Store(e) => {
+                cx.metrics.store_errors.increment(1);
+                tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, error = %e, "reading the partition's archive index failed; retrying");
+            }
+            StartFailure::Kafka(why) => {
+                tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, %why, "asking Kafka where the partition stands failed; retrying");
+            }
+        }
+        if flags.revoked.load(Ordering::Relaxed) || cx.fatal.is_set() {
+            return (Started::Stopped, index);
+        }
+        let p = next_backoff(pause);
+        pause = Some(p);
+        tokio::time::sleep(p).await;
+    }
+}
+
+enum StartFailure {
+    Kafka(String),
+    Store(StoreError),
+}
+
+/// Records offsets retention deleted before they were archived: beside the archive, in the
+/// log, in a counter, and for the run's end.
+async fn record_gap(cx: &UploadContext, tp: &Tp, g: Gap) -> Result<(), StoreError> {
+    let record = GapRecord {
+        task: cx.task.clone(),
+        topic: tp.topic.to_string(),
+        partition: tp.partition,
+        from: g.from,
+        to: g.to,
+        found_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        reason: "deleted by the topic's retention before they were archived".into(),
+    };
+    let key = gap_key(&cx.dir, tp, g);
+    // Plain structs serialize to JSON without failing.
+    let body = serde_json::to_vec_pretty(&record).unwrap_or_default();
+    cx.store.put(&key, Bytes::from(body)).await?;
+    tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, from = g.from, to = g.to - 1, offsets = g.offsets(), record = %cx.store.location(&key), "records were deleted by retention before they were archived: this archive lacks these offsets; archiving goes on from the partition's earliest retained offset");
+    metrics::counter!("strata_dump_retention_gap_records_total", "task" => cx.task.clone(), "topic" => tp.topic.to_string())
+        .increment(g.offsets().max(0) as u64);
+    if let Ok(mut gaps) = cx.gaps.lock() {
+        gaps.push((tp.clone(), g));
+    }
+    Ok(())
+}
+
+/// The error of a partition that must not start.
+fn refused(cx: &UploadContext, tp: &Tp, r: Refusal) -> DumpError {
+    let (task, topic, partition) = (cx.task.clone(), tp.topic.to_string(), tp.partition);
+    match r {
+        Refusal::ArchiveAhead { end, high } => DumpError::ArchiveAhead {
+            task,
+            topic,
+            partition,
+            end,
+            high,
+            index: cx.store.location(&index::partition_prefix(&cx.dir, tp)),
+        },
+        Refusal::CommittedAhead { committed, high } => DumpError::CommittedAhead {
+            task,
+            topic,
+            partition,
+            committed,
+            high,
+        },
+    }
 }
 
 #[cfg(test)]

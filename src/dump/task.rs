@@ -6,8 +6,8 @@
 use super::budget::ByteBudget;
 use super::index::{self, Seal};
 use super::once::Targets;
+use super::sequencer::UploadContext;
 use super::sink::DumpSink;
-use super::upload::UploadContext;
 use super::writer::{self, WriterContext};
 use super::{DumpError, DumpOptions, Fatal, Metrics, Summary};
 use crate::config::{DumpTask, KafkaConfig};

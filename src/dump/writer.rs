@@ -8,10 +8,10 @@
 //! its parts and its end on the object's own channel.
 
 use super::budget::{ByteBudget, Permit};
-use super::cdc::{Bundle, Counts, Pushed, WindowState};
 use super::roll::{self, RollReason};
-use super::upload::PartitionFlags;
+use super::sequencer::PartitionFlags;
 use super::{Fatal, Tp};
+use crate::cdc::{Bundle, Counts, Pushed, WindowState};
 use crate::config::{DumpTask, TimeSource};
 use crate::format::{Encoder, Output};
 use crate::kafka::source::Batch;
@@ -68,20 +68,28 @@ pub(super) struct Opened {
     pub key: String,
     pub first_offset: i64,
     pub parts: mpsc::Receiver<ToObject>,
-    /// A CDC bundle whose writer has no repeat window yet: the sequencer loads the stored one.
-    pub window: Option<WindowRequest>,
+    /// A bundle whose writer has no state to go on from yet: the sequencer loads the stored
+    /// one.
+    pub state: Option<StateRequest>,
 }
 
-/// Asks for the repeat window a bundle starting at `first_offset` goes on from.
-pub(super) struct WindowRequest {
+/// Asks for the state a bundle starting at `first_offset` goes on from (a CDC bundle's repeat
+/// window): of the states stored under `prefix`, the one `pick` chooses. The answer is the
+/// state's location and bytes, or `None` when there is none.
+pub(super) struct StateRequest {
+    pub prefix: String,
     pub first_offset: i64,
-    pub reply: oneshot::Sender<Vec<String>>,
+    pub pick: fn(&[String], i64) -> Option<&String>,
+    pub reply: oneshot::Sender<Option<(String, Bytes)>>,
 }
 
-/// A finished CDC bundle: every file, and the repeat window after it.
+/// A finished bundle: every file, and the state the partition's next bundle goes on from
+/// (stored under `state_prefix` before the files; the states of other positions go once the
+/// bundle is committed).
 pub(super) struct BundleOut {
     pub files: Vec<(String, Vec<Bytes>)>,
-    pub window: (String, Vec<u8>),
+    pub state: (String, Vec<u8>),
+    pub state_prefix: String,
 }
 
 /// What flows on one object's channel: its parts, then its end.
@@ -103,6 +111,9 @@ pub(super) struct ObjectEnd {
     pub reason: RollReason,
     /// What a CDC bundle counted.
     pub cdc: Option<Counts>,
+    /// The earliest and latest record timestamps in it (ms since the epoch; `None`: no record
+    /// carried one): what an archive listing shows and pruning goes by.
+    pub times: Option<(i64, i64)>,
 }
 
 /// Settings and shared state of a task's writers.
@@ -159,13 +170,13 @@ struct PartitionWriter {
     /// The current object's sequencer hung up: drop records until a rewind or revocation.
     discarding: bool,
     /// CDC: the ids of the changes before the next record (`None`: to be loaded).
-    window: Option<crate::format::cdc::RepeatWindow>,
+    window: Option<crate::cdc::RepeatWindow>,
     /// The next object ends right after this offset (no other roll before it).
     cut: Option<i64>,
     /// Objects end before this offset: the archive holds it already.
     limit: Option<i64>,
     /// CDC: the room the tables of the partition's last bundle needed.
-    rooms: super::cdc::Rooms,
+    rooms: crate::cdc::Rooms,
 }
 
 /// What an open object is being written as.
@@ -200,6 +211,8 @@ struct OpenObject {
     body: Body,
     key: String,
     last_offset: i64,
+    /// The earliest and latest record timestamps appended.
+    times: Option<(i64, i64)>,
     period: NaiveDateTime,
     /// UTC ms span of `period` when exact: records inside it skip the time-zone arithmetic.
     span: Option<(i64, i64)>,
@@ -311,7 +324,7 @@ impl Writer {
             .parts
             .values()
             .filter_map(|p| p.window.as_ref())
-            .map(crate::format::cdc::RepeatWindow::memory_bytes)
+            .map(crate::cdc::RepeatWindow::memory_bytes)
             .sum::<usize>();
         self.windows.set(windows as u64);
         let now: usize = self.parts.values().map(PartitionWriter::memory).sum();
@@ -440,6 +453,9 @@ impl PartitionWriter {
             Err(e) => return Err(encode_error(task, &o.key, e)),
         }
         o.last_offset = r.offset;
+        if let Some(t) = r.timestamp {
+            o.times = Some(o.times.map_or((t, t), |(a, b)| (a.min(t), b.max(t))));
+        }
         if let Some(cut) = self.cut {
             if r.offset >= cut {
                 self.cut = None;
@@ -471,12 +487,18 @@ impl PartitionWriter {
         let seq = self.next_seq;
         self.next_seq += 1;
         let cdc = task.cdc.as_ref();
-        let (window, loaded) = match cdc {
+        let (state, loaded) = match cdc {
             Some(_) if self.window.is_none() => {
                 let (reply, rx) = oneshot::channel();
                 (
-                    Some(WindowRequest {
+                    Some(StateRequest {
+                        prefix: crate::cdc::bundle::window_prefix(
+                            &task.directory,
+                            &tp.topic,
+                            tp.partition,
+                        ),
                         first_offset,
+                        pick: crate::cdc::bundle::state_for,
                         reply,
                     }),
                     Some(rx),
@@ -490,7 +512,7 @@ impl PartitionWriter {
             key: key.clone(),
             first_offset,
             parts: rx,
-            window,
+            state,
         };
         // Counted before it is sent: from here until the sequencer is done with it, the
         // partition is not idle (a `--once` run must not commit past it).
@@ -503,13 +525,30 @@ impl PartitionWriter {
         if let (Some(rx), Some(cdc)) = (loaded, cdc) {
             // The sequencer answers once it read the stored window; it hangs up when the
             // object went stale (a rewind) or the partition was revoked.
-            let Ok(ids) = rx.blocking_recv() else {
+            let Ok(stored) = rx.blocking_recv() else {
                 return Ok(None);
             };
-            self.window = Some(crate::format::cdc::RepeatWindow::from_state(
-                cdc.repeat_window,
-                ids,
-            ));
+            let ids = match stored {
+                Some((at, raw)) => {
+                    serde_json::from_slice::<WindowState>(&raw)
+                        .map_err(|e| super::DumpError::Store {
+                            task: task.name.to_string(),
+                            source: crate::store::StoreError::new(
+                                crate::store::ErrorKind::InvalidInput,
+                                at,
+                                format!("is not a repeat window state ({e}); remove it, and repeats of the changes before it are no longer recognised"),
+                            ),
+                        })?
+                        .ids
+                }
+                None => {
+                    if first_offset > 0 {
+                        tracing::info!(task = %task.name, topic = %tp.topic, partition = tp.partition, offset = first_offset, "no stored repeat window for this position: repeats are recognised from here on");
+                    }
+                    Vec::new()
+                }
+            };
+            self.window = Some(crate::cdc::RepeatWindow::from_state(cdc.repeat_window, ids));
         }
         let body = if cdc.is_some() {
             Body::Cdc {
@@ -528,6 +567,7 @@ impl PartitionWriter {
             body,
             key,
             last_offset: first_offset,
+            times: None,
             span: task.time_directory.exact_span(period, task.time_zone),
             period,
             opened_at: Instant::now(),
@@ -562,6 +602,7 @@ impl PartitionWriter {
             bytes: done.out.written,
             reason,
             cdc: None,
+            times: o.times,
         };
         tracing::debug!(task = %task.name, key = %o.key, seq = o.seq, reason = reason.as_str(), records = done.records, "object closed");
         if done.out.end(end).is_err() {
@@ -598,7 +639,7 @@ impl PartitionWriter {
             )
             .map_err(|e| encode_error(task, key, e))?;
         let bytes: usize = done.files.iter().flat_map(|(_, b)| b).map(Bytes::len).sum();
-        let state_key = super::cdc::window_key(
+        let state_key = crate::cdc::bundle::window_key(
             &task.directory,
             &tp_topic,
             self.tp.partition,
@@ -612,13 +653,19 @@ impl PartitionWriter {
             bytes: bytes as u64,
             reason,
             cdc: Some(done.counts),
+            times: o.times,
         };
         tracing::debug!(task = %task.name, key = %key, first, files = done.files.len(), reason = reason.as_str(), "bundle closed");
         self.rooms = done.rooms;
         let permit = self.in_flight.acquire(bytes + state.len());
         let out = BundleOut {
             files: done.files,
-            window: (state_key, state),
+            state: (state_key, state),
+            state_prefix: crate::cdc::bundle::window_prefix(
+                &task.directory,
+                &tp_topic,
+                self.tp.partition,
+            ),
         };
         if tx.blocking_send(ToObject::Bundle(out, permit)).is_err()
             || tx.blocking_send(ToObject::End(end)).is_err()
@@ -775,6 +822,7 @@ mod tests {
             bytes: 25 * 123,
             reason: RollReason::Size,
             cdc: None,
+            times: None,
         })
         .unwrap();
         let mut sizes = Vec::new();

@@ -4,12 +4,9 @@
 //! Encoders take borrowed records one at a time and report the memory they hold (dump's buffer
 //! budget counts it); decoders turn a whole object back into owned records.
 
-pub mod cdc;
-mod cdc_parse;
-pub mod cdc_table;
 mod jsonl;
-mod parquet;
-mod parquet_bound;
+pub(crate) mod parquet;
+pub(crate) mod parquet_bound;
 mod sink;
 mod text;
 
@@ -397,7 +394,7 @@ pub struct Pieces {
 }
 
 /// The size of a [`Pieces`] piece: the store's write piece, so no piece is cut again.
-pub const PIECE: usize = crate::store::WRITE_PIECE;
+pub const PIECE: usize = crate::io::WRITE_PIECE;
 
 impl Pieces {
     /// Bytes written.
@@ -580,106 +577,15 @@ pub fn decode(
     }
 }
 
-/// Reads one archive object from its files (one, or the files of a CDC bundle) into records in
-/// offset order. A file that does not decode comes back as the error, with its `L` (where it is).
-pub fn decode_files<L>(
-    spec: &FormatSpec,
-    topic: &str,
-    files: Vec<(L, Bytes)>,
-    limit: u64,
-) -> Result<Vec<Record>, (L, DecodeError)> {
-    let mut parts = Vec::with_capacity(files.len());
-    for (at, data) in files {
-        parts.push(decode_part(spec, topic, data, limit).map_err(|e| (at, e))?);
-    }
-    Ok(assemble(parts))
-}
-
-/// One file of an archive object, decoded: records, or the rows of a CDC table file (which
-/// rebuild records only together with the other files of their bundle).
-enum Part {
-    Records(Vec<Record>),
-    Changes(Vec<cdc_table::Fragment>),
-}
-
-/// Decodes one file: a CDC table file (its Parquet footer says so) into its rows, any other
-/// file as [`decode`] does.
-fn decode_part(
-    spec: &FormatSpec,
-    topic: &str,
-    data: Bytes,
-    limit: u64,
-) -> Result<Part, DecodeError> {
-    if spec.kind == FormatKind::Parquet && cdc_table::is_table_file(&data) {
-        return cdc_table::decode(data, limit).map(Part::Changes);
-    }
-    decode(spec, topic, data, limit).map(Part::Records)
-}
-
-/// The records of one archive object from its files, in offset order. A CDC bundle's messages
-/// come back from the files that kept them whole (repeats, malformed, verbatim) or else from
-/// their table rows: the changes of every table, in their order, as the JSON array they came
-/// in, with the message's key and timestamp.
-fn assemble(parts: Vec<Part>) -> Vec<Record> {
-    let mut whole: std::collections::BTreeMap<(i32, i64), Record> = Default::default();
-    let mut rows: std::collections::BTreeMap<(i32, i64), Vec<cdc_table::Fragment>> =
-        Default::default();
-    let mut plain = Vec::new();
-    for p in parts {
-        match p {
-            Part::Records(records) => {
-                for r in records {
-                    match (r.partition, r.offset) {
-                        (Some(pt), Some(o)) => {
-                            whole.insert((pt, o), r);
-                        }
-                        _ => plain.push(r),
-                    }
-                }
-            }
-            Part::Changes(fragments) => {
-                for f in fragments {
-                    rows.entry((f.partition, f.offset)).or_default().push(f);
-                }
-            }
-        }
-    }
-    for (at, fragments) in rows {
-        if whole.contains_key(&at) {
-            continue;
-        }
-        let Some(first) = fragments.first() else {
-            continue;
-        };
-        let (topic, timestamp, key) = (first.topic.clone(), first.timestamp, first.key.clone());
-        let changes: Vec<cdc::Change> = fragments.into_iter().map(|f| f.change).collect();
-        whole.insert(
-            at,
-            Record {
-                topic,
-                partition: Some(at.0),
-                offset: Some(at.1),
-                timestamp,
-                timestamp_type: TimestampType::CreateTime,
-                key,
-                value: Some(cdc::message_json(&changes)),
-                headers: Vec::new(),
-            },
-        );
-    }
-    plain.extend(whole.into_values());
-    plain
-}
-
 /// The error of an object that decodes to more than `limit` bytes.
-fn too_large(limit: u64) -> DecodeError {
+pub(crate) fn too_large(limit: u64) -> DecodeError {
     DecodeError::new(
         None,
         format!(
             "decodes to more than {} (the larger of limits.buffer_memory and 16 times the \
              object's size: a restore's memory for one object); if the object is genuine, raise \
              limits.buffer_memory",
-            crate::config::ByteSize(limit)
+            crate::size::ByteSize(limit)
         ),
     )
 }
@@ -687,7 +593,7 @@ fn too_large(limit: u64) -> DecodeError {
 /// A builder of strings or bytes with room for `rows` rows of `bytes` bytes and a quarter more
 /// (the next batch is rarely the same size, and one byte more than the room doubles, and copies,
 /// the whole buffer). Adds its capacity to `reserved`.
-fn with_room<T: arrow_array::types::ByteArrayType>(
+pub(crate) fn with_room<T: arrow_array::types::ByteArrayType>(
     rows: usize,
     bytes: usize,
     reserved: &mut usize,
@@ -700,7 +606,7 @@ fn with_room<T: arrow_array::types::ByteArrayType>(
 /// Finishes a builder of strings or bytes and leaves in its place one with room for as much
 /// again ([`with_room`]), so the next batch of rows fills buffers allocated once: a builder grown
 /// from nothing copies all it holds at every doubling (a tenth of a CDC dump's CPU went to that).
-fn renew<T: arrow_array::types::ByteArrayType>(
+pub(crate) fn renew<T: arrow_array::types::ByteArrayType>(
     b: &mut arrow_array::builder::GenericByteBuilder<T>,
     reserved: &mut usize,
 ) -> arrow_array::GenericByteArray<T> {

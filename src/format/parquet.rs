@@ -95,7 +95,7 @@ fn codec(c: Compression) -> Result<Codec, EncodeError> {
 
 /// What every Parquet file strata writes shares: the task's codec, the page size and the row
 /// group size above.
-pub(super) fn writer_basics(
+pub(crate) fn writer_basics(
     c: Compression,
 ) -> Result<parquet::file::properties::WriterPropertiesBuilder, EncodeError> {
     Ok(WriterProperties::builder()
@@ -280,12 +280,12 @@ fn bytes_at(a: &dyn Array, name: &str, i: usize) -> Result<Option<Vec<u8>>, Deco
 /// Rows per decoded batch. The bound checked before decoding caps a batch's bytes (a batch is
 /// at most the whole file), so this only sets the per-batch overhead against the arrays held
 /// at once: 8192 rows of typical records are a few MiB.
-pub(super) const BATCH: usize = 8192;
+pub(crate) const BATCH: usize = 8192;
 
 /// A reader of a whole file in memory that reads the pages the way [`super::parquet_bound`]
 /// walked them: one after another from each column chunk's start, never through an offset
 /// index (which could point elsewhere).
-pub(super) fn reader_builder(
+pub(crate) fn reader_builder(
     data: &Bytes,
 ) -> parquet::errors::Result<ParquetRecordBatchReaderBuilder<Bytes>> {
     use parquet::arrow::arrow_reader::ArrowReaderOptions;

@@ -32,7 +32,7 @@ const OFFSET: u64 = 4;
 
 /// Refuses a file that may decode to more than `limit` bytes, before decoding any of it. Also
 /// refuses column chunks outside the file (the reader panics on some of those).
-pub(super) fn check(data: &Bytes, meta: &ParquetMetaData, limit: u64) -> Result<(), DecodeError> {
+pub(crate) fn check(data: &Bytes, meta: &ParquetMetaData, limit: u64) -> Result<(), DecodeError> {
     bound(data, meta, limit).map(drop)
 }
 

@@ -7,11 +7,7 @@ use crate::config::{Alias, TargetNaming};
 /// The header naming the cluster a record was first produced to.
 pub const SOURCE_HEADER: &str = "strata-source";
 
-/// Topics that are never replicated: Kafka's and tools' internal topics (`__consumer_offsets`,
-/// `__transaction_state`), MirrorMaker 2's and strata's bookkeeping (`*.internal`).
-pub fn never_replicated(topic: &str) -> bool {
-    topic.starts_with("__") || topic.ends_with("internal")
-}
+pub use crate::config::never_replicated;
 
 /// The target topic of a source topic.
 pub fn target_topic(naming: &TargetNaming, source_alias: &Alias, topic: &str) -> String {

@@ -79,7 +79,12 @@ pub(super) async fn run(
                         )
                     })
                     .and_then(|spec| {
-                        format::decode_files(&spec, &name.topic, files, budget.decode_limit(size))
+                        crate::cdc::decode_files(
+                            &spec,
+                            &name.topic,
+                            files,
+                            budget.decode_limit(size),
+                        )
                     });
                 match decoded {
                     Ok(records) => {

@@ -13,7 +13,7 @@ use super::progress::Progress;
 use super::rate::RateLimiter;
 use super::{eos, CorruptObject, RestoreError};
 use crate::config::RestoreConfig;
-use crate::format::{self, FormatSpec, Record};
+use crate::format::{FormatSpec, Record};
 use crate::store::ObjectStore;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -289,14 +289,15 @@ impl Engine {
             files.push((key, data));
         }
         let limit = self.budget.decode_limit(obj.size);
-        let records =
-            format::decode_files(&spec, &obj.name.topic, files, limit).map_err(|(key, e)| {
+        let records = crate::cdc::decode_files(&spec, &obj.name.topic, files, limit).map_err(
+            |(key, e)| {
                 LoadError::Corrupt(CorruptObject {
                     location: self.store.location(key),
                     at: e.at,
                     detail: e.message,
                 })
-            })?;
+            },
+        )?;
         lease.resize(decoded_bytes(&records));
         Ok((records, lease))
     }

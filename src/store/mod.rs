@@ -5,20 +5,12 @@
 mod aws_env;
 mod chunks;
 mod fs;
+mod iam;
 mod s3;
 
-/// Largest single `write` to a local file: one write of a few MiB costs many times the kernel
-/// time per byte of 256 KiB writes on the page cache of the VMs measured (bench/README.md,
-/// Tier), so big buffers go down in pieces.
-pub const WRITE_PIECE: usize = 256 << 10;
-
-/// Writes all of `data` to a local file in [`WRITE_PIECE`]s.
-pub fn write_in_pieces(f: &mut impl std::io::Write, data: &[u8]) -> std::io::Result<()> {
-    data.chunks(WRITE_PIECE)
-        .try_for_each(|piece| f.write_all(piece))
-}
-
+pub use crate::io::{write_in_pieces, WRITE_PIECE};
 pub use aws_env::resolve_region;
+
 pub use fs::FsStore;
 pub use s3::S3Store;
 

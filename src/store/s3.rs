@@ -1,15 +1,20 @@
 //! S3 backend (AWS S3 or a compatible store such as LocalStack or MinIO). Large objects go up
 //! in multipart uploads. Bodies go up unsigned with a CRC32C checksum the store verifies; the SDK
-//! adds no other checksums (S3-compatible stores differ in which they accept). Error messages
-//! name the fix (a bucket in another region, no credentials anywhere), carry no SDK debug
-//! output, and are scrubbed of the configured credentials.
+//! adds no other checksums (S3-compatible stores differ in which they accept). Every object
+//! created carries `[store]`'s encryption, storage class, tags and ACL; credentials may come from
+//! a role assumed through STS. Error messages name the fix (a bucket in another region, no
+//! credentials anywhere, the IAM actions a refused request needs), carry no SDK debug output,
+//! and are scrubbed of the configured credentials.
 
 use super::chunks::Chunks;
+use super::iam::{self, Op};
 use super::{
     check_key, ErrorKind, Finish, Finished, Incomplete, MultipartUpload, ObjectMeta, ObjectStore,
     StoreError,
 };
-use crate::config::{Credentials, S3Region, S3Settings};
+use crate::config::{
+    AssumeRole, CannedAcl, Credentials, ObjectOptions, S3Region, S3Settings, Sse, StorageClass,
+};
 use async_trait::async_trait;
 use aws_credential_types::provider::error::CredentialsError;
 use aws_credential_types::provider::SharedCredentialsProvider;
@@ -20,7 +25,10 @@ use aws_sdk_s3::config::{
     Region, RequestChecksumCalculation, ResponseChecksumValidation, SharedHttpClient,
 };
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_s3::types::{ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart};
+use aws_sdk_s3::types::{
+    ChecksumAlgorithm, CompletedMultipartUpload, CompletedPart, ObjectCannedAcl,
+    ServerSideEncryption,
+};
 use aws_sdk_s3::Client;
 use bytes::Bytes;
 use std::ops::Range;
@@ -42,6 +50,88 @@ pub struct S3Store {
     /// Where the SDK's chain looks for credentials (`None`: they are in the config), for the
     /// error when it finds none.
     credential_sources: Option<Arc<String>>,
+    /// The role the credentials are exchanged for, for the error when STS refuses.
+    role: Option<Arc<AssumeRole>>,
+    /// Who the requests are made as, for the access-denied error ("role ... (assumed)").
+    who: Arc<String>,
+    objects: Arc<ObjectOptions>,
+    headers: Arc<WriteHeaders>,
+}
+
+/// The headers of [`ObjectOptions`], built once: what `PutObject` and `CreateMultipartUpload`
+/// send (never `UploadPart` or `CompleteMultipartUpload`, which S3 refuses them on).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct WriteHeaders {
+    sse: Option<ServerSideEncryption>,
+    kms_key_id: Option<String>,
+    storage_class: Option<aws_sdk_s3::types::StorageClass>,
+    /// `x-amz-tagging`: the tags as a URL query.
+    tagging: Option<String>,
+    acl: Option<ObjectCannedAcl>,
+}
+
+impl WriteHeaders {
+    fn of(o: &ObjectOptions) -> Self {
+        Self {
+            sse: o.sse.as_ref().map(|s| match s {
+                Sse::S3 => ServerSideEncryption::Aes256,
+                Sse::Kms { .. } => ServerSideEncryption::AwsKms,
+            }),
+            kms_key_id: o.sse.as_ref().and_then(Sse::kms_key_id).map(str::to_string),
+            storage_class: o.storage_class.map(|c| match c {
+                StorageClass::Standard => aws_sdk_s3::types::StorageClass::Standard,
+                StorageClass::StandardIa => aws_sdk_s3::types::StorageClass::StandardIa,
+                StorageClass::OnezoneIa => aws_sdk_s3::types::StorageClass::OnezoneIa,
+                StorageClass::IntelligentTiering => {
+                    aws_sdk_s3::types::StorageClass::IntelligentTiering
+                }
+                StorageClass::GlacierIr => aws_sdk_s3::types::StorageClass::GlacierIr,
+                StorageClass::ReducedRedundancy => {
+                    aws_sdk_s3::types::StorageClass::ReducedRedundancy
+                }
+            }),
+            tagging: tagging_header(&o.tags),
+            acl: o.acl.map(|a| match a {
+                CannedAcl::Private => ObjectCannedAcl::Private,
+                CannedAcl::BucketOwnerRead => ObjectCannedAcl::BucketOwnerRead,
+                CannedAcl::BucketOwnerFullControl => ObjectCannedAcl::BucketOwnerFullControl,
+            }),
+        }
+    }
+}
+
+/// Sets [`WriteHeaders`] on a `PutObject` or `CreateMultipartUpload` request (two builder
+/// types with the same setters).
+macro_rules! with_write_headers {
+    ($req:expr, $h:expr) => {{
+        let h: &WriteHeaders = $h;
+        $req.set_server_side_encryption(h.sse.clone())
+            .set_ssekms_key_id(h.kms_key_id.clone())
+            .set_storage_class(h.storage_class.clone())
+            .set_tagging(h.tagging.clone())
+            .set_acl(h.acl.clone())
+    }};
+}
+
+/// `x-amz-tagging`: `k1=v1&k2=v2`, each key and value percent-encoded as a URL query.
+fn tagging_header(tags: &std::collections::BTreeMap<String, String>) -> Option<String> {
+    fn enc(s: &str) -> String {
+        let mut out = String::with_capacity(s.len());
+        for b in s.bytes() {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                out.push(b as char);
+            } else {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        }
+        out
+    }
+    (!tags.is_empty()).then(|| {
+        tags.iter()
+            .map(|(k, v)| format!("{}={}", enc(k), enc(v)))
+            .collect::<Vec<_>>()
+            .join("&")
+    })
 }
 
 /// What [`S3Store::build`] takes other than the config: the test seams.
@@ -87,42 +177,8 @@ impl S3Store {
         wiring: Wiring,
     ) -> Result<Self, StoreError> {
         let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .region(Region::new(region.name.clone()));
-        if let Some(http) = wiring.http {
-            loader = loader.http_client(http);
-        }
-        let mut secrets = Vec::new();
-        let mut credential_sources = None;
-        match (&s.credentials, wiring.credentials) {
-            (
-                Credentials::Static {
-                    access_key,
-                    secret_key,
-                },
-                _,
-            ) => {
-                secrets.push(access_key.expose().to_string());
-                secrets.push(secret_key.expose().to_string());
-                loader = loader.credentials_provider(aws_sdk_s3::config::Credentials::new(
-                    access_key.expose(),
-                    secret_key.expose(),
-                    None,
-                    None,
-                    "strata-config",
-                ));
-            }
-            (Credentials::DefaultChain, replaced) => {
-                credential_sources = Some(Arc::new(super::aws_env::process_credential_sources()));
-                if let Some(c) = replaced {
-                    loader = loader.credentials_provider(c);
-                }
-            }
-        }
-        let shared = loader.load().await;
-        let mut b = aws_sdk_s3::config::Builder::from(&shared)
-            .force_path_style(s.path_style)
-            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+            .region(Region::new(region.name.clone()))
+            // S3's and STS's (an assumed role's) requests alike.
             .retry_config(
                 RetryConfig::standard()
                     .with_max_attempts(s.max_attempts)
@@ -136,8 +192,57 @@ impl S3Store {
                     .operation_attempt_timeout(Duration::from_secs(300))
                     .build(),
             );
+        if let Some(http) = wiring.http {
+            loader = loader.http_client(http);
+        }
+        let mut secrets = Vec::new();
+        let mut credential_sources = None;
+        let mut who = match (&s.credentials, wiring.credentials) {
+            (
+                Credentials::Static {
+                    access_key,
+                    secret_key,
+                    session_token,
+                },
+                _,
+            ) => {
+                secrets.push(access_key.expose().to_string());
+                secrets.push(secret_key.expose().to_string());
+                secrets.extend(session_token.iter().map(|t| t.expose().to_string()));
+                loader = loader.credentials_provider(aws_sdk_s3::config::Credentials::new(
+                    access_key.expose(),
+                    secret_key.expose(),
+                    session_token.as_ref().map(|t| t.expose().to_string()),
+                    None,
+                    "strata-config",
+                ));
+                "the access key of store.access_key".to_string()
+            }
+            (Credentials::DefaultChain, replaced) => {
+                credential_sources = Some(Arc::new(super::aws_env::process_credential_sources()));
+                if let Some(c) = replaced {
+                    loader = loader.credentials_provider(c);
+                }
+                "the identity the AWS default credential chain found".to_string()
+            }
+        };
+        let shared = loader.load().await;
+        let assumed = match &s.role {
+            Some(role) => {
+                who = format!("role {} (assumed)", role.role_arn);
+                Some(assume_role(&shared, role, s.endpoint.as_deref()).await)
+            }
+            None => None,
+        };
+        let mut b = aws_sdk_s3::config::Builder::from(&shared)
+            .force_path_style(s.path_style)
+            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired);
         if let Some(e) = &s.endpoint {
             b = b.endpoint_url(e);
+        }
+        if let Some(p) = assumed {
+            b = b.credentials_provider(p);
         }
         let prefix = if prefix.is_empty() {
             prefix
@@ -157,6 +262,10 @@ impl S3Store {
             region,
             secrets: Arc::new(secrets),
             credential_sources,
+            role: s.role.clone().map(Arc::new),
+            who: Arc::new(who),
+            objects: Arc::new(s.objects.clone()),
+            headers: Arc::new(WriteHeaders::of(&s.objects)),
         })
     }
 
@@ -185,7 +294,7 @@ impl S3Store {
     }
 
     /// Turns an SDK error into a kind and a message a user can act on.
-    fn err<E>(&self, key: &str, op: &str, e: SdkError<E, HttpResponse>) -> StoreError
+    fn err<E>(&self, key: &str, op: Op, e: SdkError<E, HttpResponse>) -> StoreError
     where
         E: ProvideErrorMetadata + std::error::Error + 'static,
     {
@@ -212,7 +321,11 @@ impl S3Store {
             return StoreError::new(
                 ErrorKind::Rejected,
                 self.location(key),
-                format!("{op} failed: {} ({detail})", self.region_hint(wrong)),
+                format!(
+                    "{} failed: {} ({detail})",
+                    op.name(),
+                    self.region_hint(wrong)
+                ),
             );
         }
         let failure = match &e {
@@ -231,21 +344,54 @@ impl S3Store {
                 self.bucket
             ),
             ErrorKind::NotFound => "no such object".to_string(),
-            ErrorKind::Unauthorized => "access denied; check store.access_key / store.secret_key \
-                (or the AWS credential chain) and the bucket policy"
-                .to_string(),
-            ErrorKind::Rejected => "the store rejected the request, and sending it again gets \
-                the same answer; check that store.endpoint is an S3 API that takes unsigned \
-                payloads with CRC32C checksums, and that object keys (the prefix of store.url, \
-                tasks[].directory, tier.prefix) stay within its limits"
-                .to_string(),
+            ErrorKind::Unauthorized => self.unauthorized_hint(key, op, &code),
+            ErrorKind::Rejected => rejected_hint(&code, &self.region.name).unwrap_or_else(|| {
+                "the store rejected the request, and sending it again gets the same answer; \
+                 check that store.endpoint is an S3 API that takes unsigned payloads with \
+                 CRC32C checksums, and that object keys (the prefix of store.url, \
+                 tasks[].directory, tier.prefix) stay within its limits"
+                    .to_string()
+            }),
             _ => "the store refused the request; strata retries transient failures".to_string(),
         };
         StoreError::new(
             kind,
             self.location(key),
-            format!("{op} failed: {hint} ({detail})"),
+            format!("{} failed: {hint} ({detail})", op.name()),
         )
+    }
+
+    /// What to do about a 403: credentials the store does not take, an expired session token,
+    /// or (`AccessDenied`, and a HEAD's bodiless 403) permissions: which ones, on what.
+    fn unauthorized_hint(&self, key: &str, op: Op, code: &str) -> String {
+        match code {
+            "InvalidAccessKeyId" | "SignatureDoesNotMatch" => "access denied: the store does not \
+                take the credentials; check store.access_key / store.secret_key (or the AWS \
+                credential chain)"
+                .to_string(),
+            "ExpiredToken" | "InvalidToken" | "TokenRefreshRequired" => "the session token is \
+                expired or invalid; temporary keys in store.access_key, store.secret_key and \
+                store.session_token stop working when they expire: renew them, or let strata \
+                renew its own (store.role_arn, or the AWS default credential chain)"
+                .to_string(),
+            _ => {
+                let full = format!("{}{key}", self.prefix);
+                let target = iam::Target {
+                    bucket: &self.bucket,
+                    key: &full,
+                    region: &self.region.name,
+                };
+                let hint = iam::access_denied_hint(op, &self.objects, target, &self.who);
+                if code.is_empty() {
+                    format!(
+                        "{hint}; S3 gives no reason for a HEAD request, so the credentials may \
+                         also be wrong (store.access_key / store.secret_key)"
+                    )
+                } else {
+                    hint
+                }
+            }
+        }
     }
 
     /// What to do about a bucket in another region than the one requests are signed for.
@@ -264,12 +410,21 @@ impl S3Store {
     }
 
     /// The SDK's chain found no credentials (or a source of it failed).
-    fn no_credentials(&self, key: &str, op: &str, e: &CredentialsError) -> StoreError {
-        // A source that took too long may answer next time; the others will not change.
+    fn no_credentials(&self, key: &str, op: Op, e: &CredentialsError) -> StoreError {
+        // A source that took too long (or STS, unreachable) may answer next time; the others
+        // will not change.
         let kind = match e {
             CredentialsError::ProviderTimedOut(_) => ErrorKind::Unreachable,
+            _ if network_failure(e) => ErrorKind::Unreachable,
             _ => ErrorKind::Unauthorized,
         };
+        if let Some(role) = &self.role {
+            return StoreError::new(
+                kind,
+                self.location(key),
+                format!("{} failed: {}", op.name(), self.role_refused(role, e)),
+            );
+        }
         let tried = self
             .credential_sources
             .as_deref()
@@ -281,18 +436,62 @@ impl S3Store {
             kind,
             self.location(key),
             format!(
-                "{op} failed: no AWS credentials found; strata tried {tried}; set \
+                "{} failed: no AWS credentials found; strata tried {tried}; set \
                  store.access_key and store.secret_key, or provide credentials in one of these \
                  (the last source said: {})",
+                op.name(),
                 self.scrub(said)
             ),
+        )
+    }
+
+    /// STS did not give the role's credentials: what it said, and what the base credentials
+    /// and the role's trust policy must allow.
+    fn role_refused(&self, role: &AssumeRole, e: &CredentialsError) -> String {
+        let said = service_said(e).unwrap_or_else(|| {
+            std::error::Error::source(e).map_or_else(|| e.to_string(), error_chain)
+        });
+        let base = match &self.credential_sources {
+            None => "the keys of store.access_key need",
+            Some(_) => "the identity the AWS default credential chain finds needs",
+        };
+        let sts = match (&role.sts_endpoint, self.endpoint.starts_with("http")) {
+            (Some(e), _) => format!("{e} (store.sts_endpoint)"),
+            (None, true) => format!(
+                "{} (store.endpoint; store.sts_endpoint names another)",
+                self.endpoint
+            ),
+            (None, false) => format!("AWS's regional STS endpoint of {}", self.region.name),
+        };
+        if network_failure(e) {
+            return format!(
+                "assuming role {} failed: cannot reach STS at {sts}; check that address and \
+                 the network ({})",
+                role.role_arn,
+                self.scrub(said)
+            );
+        }
+        format!(
+            "assuming role {} failed ({}); {base} sts:AssumeRole on it, and the role's trust \
+             policy must allow them{}; STS was asked at {sts}",
+            role.role_arn,
+            self.scrub(said),
+            if role.external_id.is_some() {
+                " with the external id of store.external_id"
+            } else {
+                " (set store.external_id when it requires one)"
+            }
         )
     }
 
     /// GET of a whole object or of a byte range (end exclusive), body collected.
     async fn get_object(&self, key: &str, range: Option<Range<u64>>) -> Result<Bytes, StoreError> {
         let full = self.full_key(key)?;
-        let op = if range.is_some() { "ranged get" } else { "get" };
+        let op = if range.is_some() {
+            Op::RangedGet
+        } else {
+            Op::Get
+        };
         let out = self
             .client
             .get_object()
@@ -337,7 +536,7 @@ impl S3Store {
             .disable_payload_signing()
             .send()
             .await
-            .map_err(|e| self.err(key, "upload part", e))?;
+            .map_err(|e| self.err(key, Op::UploadPart, e))?;
         Ok(CompletedPart::builder()
             .part_number(n)
             .set_e_tag(out.e_tag)
@@ -382,7 +581,7 @@ impl ObjectStore for S3Store {
             .key(full)
             .send()
             .await
-            .map_err(|e| self.err(key, "head", e))?;
+            .map_err(|e| self.err(key, Op::Head, e))?;
         Ok(out.metadata.and_then(|mut m| m.remove(TAG_METADATA)))
     }
 
@@ -404,7 +603,7 @@ impl ObjectStore for S3Store {
                 .set_upload_id_marker(id_marker.take())
                 .send()
                 .await
-                .map_err(|e| self.err(prefix, "list multipart uploads", e))?;
+                .map_err(|e| self.err(prefix, Op::ListMultipart, e))?;
             for u in page.uploads.unwrap_or_default() {
                 let (Some(full), Some(id)) = (u.key, u.upload_id) else {
                     continue;
@@ -446,7 +645,7 @@ impl ObjectStore for S3Store {
             {
                 Ok(())
             }
-            Err(e) => Err(self.err(&write.key, "abort multipart upload", e)),
+            Err(e) => Err(self.err(&write.key, Op::AbortMultipart, e)),
         }
     }
 
@@ -474,7 +673,7 @@ impl ObjectStore for S3Store {
             .key(full)
             .send()
             .await
-            .map_err(|e| self.err(key, "head", e))?;
+            .map_err(|e| self.err(key, Op::Head, e))?;
         Ok(ObjectMeta {
             key: key.to_string(),
             size: out.content_length.unwrap_or_default().max(0) as u64,
@@ -495,7 +694,7 @@ impl ObjectStore for S3Store {
             .send();
         let mut out = Vec::new();
         while let Some(page) = pages.next().await {
-            let page = page.map_err(|e| self.err(prefix, "list", e))?;
+            let page = page.map_err(|e| self.err(prefix, Op::List, e))?;
             out.extend(
                 page.contents
                     .unwrap_or_default()
@@ -522,7 +721,7 @@ impl ObjectStore for S3Store {
             .max_keys(max.clamp(1, 1000) as i32)
             .send()
             .await
-            .map_err(|e| self.err(prefix, "list", e))?;
+            .map_err(|e| self.err(prefix, Op::List, e))?;
         let mut out: Vec<ObjectMeta> = page
             .contents
             .unwrap_or_default()
@@ -546,7 +745,7 @@ impl ObjectStore for S3Store {
         {
             Ok(_) => Ok(()),
             Err(e) => {
-                let err = self.err(key, "delete", e);
+                let err = self.err(key, Op::Delete, e);
                 if err.kind == ErrorKind::NotFound {
                     Ok(())
                 } else {
@@ -559,7 +758,7 @@ impl ObjectStore for S3Store {
     async fn check(&self) -> Result<(), StoreError> {
         let head = self.client.head_bucket().bucket(&self.bucket).send().await;
         if let Err(e) = head {
-            let mut err = self.err("", "head bucket", e);
+            let mut err = self.err("", Op::HeadBucket, e);
             if err.kind == ErrorKind::NotFound {
                 err.kind = ErrorKind::NoSuchBucket;
             }
@@ -587,7 +786,7 @@ impl ObjectStore for S3Store {
                 );
             }
             if let Err(e) = req.send().await {
-                let err = self.err("", "create bucket", e);
+                let err = self.err("", Op::CreateBucket, e);
                 if !err.message.contains("BucketAlreadyOwnedByYou") {
                     return Err(err);
                 }
@@ -631,6 +830,78 @@ fn credentials_failure<'a>(
         next = err.source();
     }
     None
+}
+
+/// The code and message of the service error behind a credential provider's failure (STS
+/// refusing a role), without the SDK's debug form.
+fn service_said(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if let Some(m) = err.downcast_ref::<aws_sdk_s3::error::ErrorMetadata>() {
+            return match (m.code(), m.message()) {
+                (Some(c), Some(msg)) => Some(format!("{c}: {msg}")),
+                (Some(c), None) => Some(c.to_string()),
+                _ => None,
+            };
+        }
+        next = err.source();
+    }
+    None
+}
+
+/// Whether a credential provider failed to reach its service (STS down, no network).
+fn network_failure(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(e);
+    while let Some(err) = next {
+        if err.is::<aws_sdk_s3::error::ConnectorError>() {
+            return true;
+        }
+        next = err.source();
+    }
+    false
+}
+
+/// The credentials of `role`, assumed with the `shared` config's (static or default chain);
+/// STS is asked at `store.sts_endpoint`, else `store.endpoint` (S3-compatible stores serve
+/// STS on their S3 port), else AWS's regional STS.
+async fn assume_role(
+    shared: &aws_config::SdkConfig,
+    role: &AssumeRole,
+    endpoint: Option<&str>,
+) -> aws_config::sts::AssumeRoleProvider {
+    let mut conf = shared.clone().into_builder();
+    if let Some(e) = role.sts_endpoint.as_deref().or(endpoint) {
+        conf = conf.endpoint_url(e);
+    }
+    let mut b = aws_config::sts::AssumeRoleProvider::builder(&role.role_arn)
+        .session_name(&role.session_name)
+        .configure(&conf.build());
+    if let Some(id) = &role.external_id {
+        b = b.external_id(id);
+    }
+    b.build().await
+}
+
+/// Hints for the 4xx answers a setting of `[store]` causes.
+fn rejected_hint(code: &str, region: &str) -> Option<String> {
+    Some(match code {
+        "KMS.NotFoundException" => format!(
+            "the KMS key of store.sse_kms_key_id does not exist in the bucket's region {region} \
+             (a key of another account needs its full ARN)"
+        ),
+        "KMS.DisabledException" | "KMS.KMSInvalidStateException" => "the KMS key of \
+            store.sse_kms_key_id is disabled or pending deletion; enable it or name another"
+            .to_string(),
+        "AccessControlListNotSupported" => "the bucket has ACLs disabled (Object Ownership \
+            \"bucket owner enforced\"); leave store.acl out, or set it to \
+            \"bucket-owner-full-control\""
+            .to_string(),
+        "InvalidStorageClass" => {
+            "the store does not offer store.storage_class; leave it out or pick another".to_string()
+        }
+        "InvalidTag" => "the store refused store.tags; check their keys and values".to_string(),
+        _ => return None,
+    })
 }
 
 /// An answer that says the bucket is in another region than the one requests are signed for.
@@ -814,17 +1085,18 @@ impl S3Upload {
         if let Some(id) = &self.upload_id {
             return Ok(id.clone());
         }
-        let out = self
+        let req = self
             .store
             .client
             .create_multipart_upload()
             .bucket(&self.store.bucket)
             .key(&self.full)
             .metadata(TAG_METADATA, &self.tag)
-            .checksum_algorithm(ChecksumAlgorithm::Crc32C)
+            .checksum_algorithm(ChecksumAlgorithm::Crc32C);
+        let out = with_write_headers!(req, &self.store.headers)
             .send()
             .await
-            .map_err(|e| self.store.err(&self.key, "start multipart upload", e))?;
+            .map_err(|e| self.store.err(&self.key, Op::StartMultipart, e))?;
         let id = out.upload_id.ok_or_else(|| {
             StoreError::new(
                 ErrorKind::Service,
@@ -876,13 +1148,14 @@ impl S3Upload {
             .checksum_algorithm(ChecksumAlgorithm::Crc32C)
             .checksum_crc32_c(crc32c_header(data.crc32c()))
             .body(data.into_body());
+        req = with_write_headers!(req, &self.store.headers);
         if mode == Finish::CreateNew {
             req = req.if_none_match("*");
         }
         match req.customize().disable_payload_signing().send().await {
             Ok(_) => Ok(Finished::Stored),
             Err(e) if mode == Finish::CreateNew && precondition_failed(&e) => Ok(Finished::Exists),
-            Err(e) => Err(self.store.err(&self.key, "put", e)),
+            Err(e) => Err(self.store.err(&self.key, Op::Put, e)),
         }
     }
 
@@ -917,7 +1190,7 @@ impl S3Upload {
                 self.abort_quietly().await;
                 Ok(Finished::Exists)
             }
-            Err(e) => Err(self.store.err(&self.key, "complete multipart upload", e)),
+            Err(e) => Err(self.store.err(&self.key, Op::CompleteMultipart, e)),
         }
     }
 
@@ -1063,6 +1336,8 @@ mod tests {
             endpoint: None,
             path_style: false,
             credentials,
+            role: None,
+            objects: ObjectOptions::default(),
             create_bucket: false,
             part_size: ByteSize::mib(5),
             max_attempts: 3,
@@ -1073,6 +1348,7 @@ mod tests {
         Credentials::Static {
             access_key: Secret::new("AKIATEST".into(), "inline"),
             secret_key: Secret::new("not-a-secret".into(), "inline"),
+            session_token: None,
         }
     }
 
@@ -1209,5 +1485,539 @@ mod tests {
             assert!(!m.contains(debug), "{debug:?} in {m}");
         }
         assert_eq!(never.calls.load(Ordering::SeqCst), 0, "nothing was sent");
+    }
+
+    // --------------------------------------------------------------------------------------
+    // What requests carry: a connector that records every request and answers by its kind.
+
+    /// A request as the store sent it.
+    #[derive(Debug, Clone)]
+    struct Seen {
+        method: String,
+        uri: String,
+        headers: Vec<(String, String)>,
+        body: String,
+    }
+
+    impl Seen {
+        fn header(&self, name: &str) -> Option<&str> {
+            self.headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_str())
+        }
+
+        fn is_sts(&self) -> bool {
+            self.body.contains("Action=AssumeRole")
+        }
+    }
+
+    type Answer = (u16, Vec<(&'static str, String)>, String);
+
+    /// The SDK's HTTP client replaced by `answer`, which sees each request; keeps them all.
+    /// Status 0: no answer (connection refused).
+    #[derive(Clone)]
+    struct Recorder {
+        answer: Arc<dyn Fn(&Seen) -> Answer + Send + Sync>,
+        seen: Arc<std::sync::Mutex<Vec<Seen>>>,
+    }
+
+    impl std::fmt::Debug for Recorder {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Recorder")
+        }
+    }
+
+    impl Recorder {
+        fn new(answer: impl Fn(&Seen) -> Answer + Send + Sync + 'static) -> Self {
+            Self {
+                answer: Arc::new(answer),
+                seen: Arc::default(),
+            }
+        }
+
+        fn seen(&self) -> Vec<Seen> {
+            self.seen.lock().unwrap().clone()
+        }
+    }
+
+    impl HttpConnector for Recorder {
+        fn call(&self, req: HttpRequest) -> HttpConnectorFuture {
+            let seen = Seen {
+                method: req.method().to_string(),
+                uri: req.uri().to_string(),
+                headers: req
+                    .headers()
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+                body: req
+                    .body()
+                    .bytes()
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+                    .unwrap_or_default(),
+            };
+            let (status, headers, body) = (self.answer)(&seen);
+            self.seen.lock().unwrap().push(seen);
+            if status == 0 {
+                return HttpConnectorFuture::ready(Err(aws_sdk_s3::error::ConnectorError::io(
+                    "connection refused".into(),
+                )));
+            }
+            let mut r = HttpResponse::new(
+                StatusCode::try_from(status).expect("a valid status"),
+                SdkBody::from(body),
+            );
+            for (k, v) in headers {
+                r.headers_mut().insert(k, v);
+            }
+            HttpConnectorFuture::ready(Ok(r))
+        }
+    }
+
+    impl HttpClient for Recorder {
+        fn http_connector(
+            &self,
+            _: &HttpConnectorSettings,
+            _: &RuntimeComponents,
+        ) -> SharedHttpConnector {
+            SharedHttpConnector::new(self.clone())
+        }
+    }
+
+    /// What S3 answers each request of an upload (and anything else: 200, empty).
+    fn s3_answers(r: &Seen) -> Answer {
+        let etag = || vec![("etag", "\"e\"".to_string())];
+        match r.method.as_str() {
+            "POST" if r.uri.contains("uploads") => (
+                200,
+                vec![],
+                "<InitiateMultipartUploadResult><Bucket>logs</Bucket><Key>p/k</Key><UploadId>U1</UploadId></InitiateMultipartUploadResult>".into(),
+            ),
+            "POST" if r.uri.contains("uploadId") => (
+                200,
+                vec![],
+                "<CompleteMultipartUploadResult><Bucket>logs</Bucket><Key>p/k</Key><ETag>\"e\"</ETag></CompleteMultipartUploadResult>".into(),
+            ),
+            "PUT" => (200, etag(), String::new()),
+            _ => (200, vec![], String::new()),
+        }
+    }
+
+    async fn store_recording(s: &S3Settings, rec: &Recorder) -> S3Store {
+        let region = S3Region {
+            name: "us-east-1".into(),
+            source: RegionSource::Config,
+        };
+        let wiring = Wiring {
+            http: Some(SharedHttpClient::new(rec.clone())),
+            credentials: None,
+        };
+        S3Store::build(s, "logs".into(), "p".into(), region, wiring)
+            .await
+            .unwrap()
+    }
+
+    fn all_settings() -> ObjectOptions {
+        ObjectOptions {
+            sse: Some(Sse::Kms {
+                key_id: Some("alias/strata".into()),
+            }),
+            storage_class: Some(StorageClass::StandardIa),
+            tags: [
+                ("team".to_string(), "data".to_string()),
+                ("cost center".to_string(), "a/b=c&d".to_string()),
+            ]
+            .into(),
+            acl: Some(CannedAcl::BucketOwnerFullControl),
+        }
+    }
+
+    const WRITE_HEADERS: [(&str, &str); 5] = [
+        ("x-amz-server-side-encryption", "aws:kms"),
+        (
+            "x-amz-server-side-encryption-aws-kms-key-id",
+            "alias/strata",
+        ),
+        ("x-amz-storage-class", "STANDARD_IA"),
+        ("x-amz-tagging", "cost%20center=a%2Fb%3Dc%26d&team=data"),
+        ("x-amz-acl", "bucket-owner-full-control"),
+    ];
+
+    #[tokio::test]
+    async fn every_object_created_carries_the_store_settings_and_parts_do_not() {
+        let mut s = settings(test_keys());
+        s.objects = all_settings();
+        let rec = Recorder::new(s3_answers);
+        let store = store_recording(&s, &rec).await;
+        // A small object (one PutObject) and a multipart one (5 MiB parts).
+        store.put("small", Bytes::from_static(b"x")).await.unwrap();
+        let mut up = store.put_multipart("big").await.unwrap();
+        up.write(Bytes::from(vec![7u8; (5 << 20) + 1]))
+            .await
+            .unwrap();
+        up.finish(Finish::CreateNew).await.unwrap();
+        let seen = rec.seen();
+        let kinds: Vec<(&str, bool)> = seen
+            .iter()
+            .map(|r| {
+                let kind = match (r.method.as_str(), &r.uri) {
+                    ("PUT", u) if u.contains("partNumber") => "UploadPart",
+                    ("PUT", _) => "PutObject",
+                    ("POST", u) if u.contains("uploads") => "CreateMultipartUpload",
+                    ("POST", _) => "CompleteMultipartUpload",
+                    _ => "other",
+                };
+                (kind, r.header("x-amz-server-side-encryption").is_some())
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("PutObject", true),
+                ("CreateMultipartUpload", true),
+                ("UploadPart", false),
+                ("UploadPart", false),
+                ("CompleteMultipartUpload", false),
+            ]
+        );
+        for r in seen.iter().filter(|r| kinds_create(r)) {
+            for (name, value) in WRITE_HEADERS {
+                assert_eq!(
+                    r.header(name),
+                    Some(value),
+                    "{name} of {} {}",
+                    r.method,
+                    r.uri
+                );
+            }
+        }
+        for r in seen.iter().filter(|r| !kinds_create(r)) {
+            for (name, _) in WRITE_HEADERS {
+                assert_eq!(r.header(name), None, "{name} of {} {}", r.method, r.uri);
+            }
+        }
+        // Without settings, no such header goes out.
+        let rec = Recorder::new(s3_answers);
+        let plain = store_recording(&settings(test_keys()), &rec).await;
+        plain.put("small", Bytes::from_static(b"x")).await.unwrap();
+        for (name, _) in WRITE_HEADERS {
+            assert_eq!(rec.seen()[0].header(name), None, "{name}");
+        }
+    }
+
+    /// A PutObject or CreateMultipartUpload.
+    fn kinds_create(r: &Seen) -> bool {
+        (r.method == "PUT" && !r.uri.contains("partNumber"))
+            || (r.method == "POST" && r.uri.contains("uploads"))
+    }
+
+    #[test]
+    fn sse_s3_sends_no_key_id() {
+        let h = WriteHeaders::of(&ObjectOptions {
+            sse: Some(Sse::S3),
+            ..ObjectOptions::default()
+        });
+        assert_eq!(h.sse, Some(ServerSideEncryption::Aes256));
+        assert_eq!(h.kms_key_id, None);
+        assert_eq!(
+            WriteHeaders::of(&ObjectOptions::default()),
+            WriteHeaders::default()
+        );
+    }
+
+    #[test]
+    fn tags_are_encoded_as_a_url_query() {
+        let tags = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        assert_eq!(tagging_header(&tags(&[])), None);
+        assert_eq!(
+            tagging_header(&tags(&[("b", "2"), ("a", "1")])).as_deref(),
+            Some("a=1&b=2")
+        );
+        assert_eq!(
+            tagging_header(&tags(&[("k:x/y", "v w+@é"), ("e", "")])).as_deref(),
+            Some("e=&k%3Ax%2Fy=v%20w%2B%40%C3%A9")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_session_token_goes_with_the_static_keys_and_is_never_shown() {
+        let mut s = settings(Credentials::Static {
+            access_key: Secret::new("ASIATEMP".into(), "inline"),
+            secret_key: Secret::new("temp-secret".into(), "inline"),
+            session_token: Some(Secret::new("temp-token-123".into(), "inline")),
+        });
+        s.max_attempts = 1;
+        let rec = Recorder::new(|_| {
+            (
+                403,
+                vec![],
+                "<Error><Code>ExpiredToken</Code><Message>The token temp-token-123 has expired</Message></Error>".into(),
+            )
+        });
+        let store = store_recording(&s, &rec).await;
+        let e = store.put("k", Bytes::from_static(b"x")).await.unwrap_err();
+        let sent = &rec.seen()[0];
+        assert_eq!(sent.header("x-amz-security-token"), Some("temp-token-123"));
+        assert!(sent
+            .header("authorization")
+            .is_some_and(|a| a.contains("Credential=ASIATEMP/")));
+        assert_eq!(e.kind, ErrorKind::Unauthorized, "{e}");
+        let m = e.to_string();
+        assert!(m.contains("session token is expired or invalid"), "{m}");
+        assert!(m.contains("store.session_token"), "{m}");
+        assert!(!m.contains("temp-token-123"), "{m}");
+    }
+
+    const ASSUMED: &str = "<AssumeRoleResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\"><AssumeRoleResult><AssumedRoleUser><Arn>arn:aws:sts::111111111111:assumed-role/strata-writer/sess-1</Arn><AssumedRoleId>AROAEXAMPLE:sess-1</AssumedRoleId></AssumedRoleUser><Credentials><AccessKeyId>ASIAROLEKEY</AccessKeyId><SecretAccessKey>role-secret</SecretAccessKey><SessionToken>role-token</SessionToken><Expiration>2099-01-01T00:00:00Z</Expiration></Credentials></AssumeRoleResult><ResponseMetadata><RequestId>r-1</RequestId></ResponseMetadata></AssumeRoleResponse>";
+
+    fn role_settings() -> S3Settings {
+        let mut s = settings(test_keys());
+        s.role = Some(AssumeRole {
+            role_arn: "arn:aws:iam::111111111111:role/strata-writer".into(),
+            external_id: Some("ext-1".into()),
+            session_name: "sess-1".into(),
+            sts_endpoint: None,
+        });
+        s
+    }
+
+    #[tokio::test]
+    async fn an_assumed_role_signs_the_requests() {
+        let rec = Recorder::new(|r| {
+            if r.is_sts() {
+                (200, vec![], ASSUMED.into())
+            } else {
+                s3_answers(r)
+            }
+        });
+        let store = store_recording(&role_settings(), &rec).await;
+        store.put("k", Bytes::from_static(b"x")).await.unwrap();
+        store.get("k").await.unwrap();
+        let seen = rec.seen();
+        let sts: Vec<&Seen> = seen.iter().filter(|r| r.is_sts()).collect();
+        assert_eq!(sts.len(), 1, "assumed once, then cached: {seen:#?}");
+        let asked = sts[0];
+        assert!(
+            asked.uri.starts_with("https://sts.us-east-1.amazonaws.com"),
+            "{}",
+            asked.uri
+        );
+        for part in [
+            "RoleArn=arn%3Aaws%3Aiam%3A%3A111111111111%3Arole%2Fstrata-writer",
+            "RoleSessionName=sess-1",
+            "ExternalId=ext-1",
+        ] {
+            assert!(asked.body.contains(part), "{part} in {}", asked.body);
+        }
+        assert!(
+            asked
+                .header("authorization")
+                .is_some_and(|a| a.contains("Credential=AKIATEST/")),
+            "STS is asked with the static keys"
+        );
+        let s3: Vec<&Seen> = seen.iter().filter(|r| !r.is_sts()).collect();
+        assert_eq!(s3.len(), 2);
+        for r in s3 {
+            assert!(
+                r.header("authorization")
+                    .is_some_and(|a| a.contains("Credential=ASIAROLEKEY/")),
+                "{r:?}"
+            );
+            assert_eq!(r.header("x-amz-security-token"), Some("role-token"));
+        }
+    }
+
+    #[tokio::test]
+    async fn sts_refusing_the_role_says_what_to_grant() {
+        let rec = Recorder::new(|r| {
+            if r.is_sts() {
+                (
+                    403,
+                    vec![("content-type", "text/xml".into())],
+                    "<ErrorResponse xmlns=\"https://sts.amazonaws.com/doc/2011-06-15/\"><Error><Type>Sender</Type><Code>AccessDenied</Code><Message>User: arn:aws:iam::222222222222:user/strata is not authorized to perform: sts:AssumeRole on resource: arn:aws:iam::111111111111:role/strata-writer</Message></Error><RequestId>r-2</RequestId></ErrorResponse>".into(),
+                )
+            } else {
+                s3_answers(r)
+            }
+        });
+        let mut s = role_settings();
+        s.endpoint = Some("http://127.0.0.1:4566".into());
+        let store = store_recording(&s, &rec).await;
+        let e = store.put("k", Bytes::from_static(b"x")).await.unwrap_err();
+        let m = e.to_string();
+        assert_eq!(e.kind, ErrorKind::Unauthorized, "{m}");
+        for part in [
+            "put failed: assuming role arn:aws:iam::111111111111:role/strata-writer failed",
+            "AccessDenied",
+            "is not authorized to perform: sts:AssumeRole",
+            "the keys of store.access_key need sts:AssumeRole on it",
+            "trust policy",
+            "store.external_id",
+            "(AccessDenied: User: arn:aws:iam::222222222222:user/strata is not authorized",
+            "STS was asked at http://127.0.0.1:4566 (store.endpoint; ",
+        ] {
+            assert!(m.contains(part), "{part:?} in {m}");
+        }
+        assert!(!m.contains("not-a-secret"), "{m}");
+        let seen = rec.seen();
+        assert!(
+            seen.iter().all(Seen::is_sts),
+            "no S3 request without credentials"
+        );
+        assert!(
+            seen[0].uri.starts_with("http://127.0.0.1:4566"),
+            "{}",
+            seen[0].uri
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_sts_is_named_as_unreachable() {
+        let rec = Recorder::new(|r| {
+            if r.is_sts() {
+                (0, vec![], String::new())
+            } else {
+                s3_answers(r)
+            }
+        });
+        let mut s = role_settings();
+        s.max_attempts = 2;
+        let store = store_recording(&s, &rec).await;
+        let e = store.get("k").await.unwrap_err();
+        let m = e.to_string();
+        assert_eq!(e.kind, ErrorKind::Unreachable, "{m}");
+        assert!(
+            m.contains(
+                "assuming role arn:aws:iam::111111111111:role/strata-writer failed: cannot reach \
+                 STS at AWS's regional STS endpoint of us-east-1"
+            ),
+            "{m}"
+        );
+        assert!(!m.contains("sts:AssumeRole"), "{m}");
+        let seen = rec.seen();
+        assert_eq!(
+            seen.len(),
+            2,
+            "store.max_attempts applies to STS: {seen:#?}"
+        );
+        assert!(seen.iter().all(Seen::is_sts));
+    }
+
+    #[tokio::test]
+    async fn access_denied_names_the_action_and_the_resource() {
+        let denied = |_: &Seen| -> Answer {
+            (
+                403,
+                vec![],
+                "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>".into(),
+            )
+        };
+        let mut s = settings(test_keys());
+        s.objects.tags = [("team".to_string(), "data".to_string())].into();
+        let store = store_recording(&s, &Recorder::new(denied)).await;
+        let e = store
+            .put("t/k.jsonl", Bytes::from_static(b"x"))
+            .await
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Unauthorized, "{e}");
+        assert!(!e.is_transient());
+        let m = e.to_string();
+        for part in [
+            "put failed: access denied: the access key of store.access_key needs s3:PutObject \
+             and s3:PutObjectTagging on arn:aws:s3:::logs/p/t/k.jsonl",
+            "docs/operations.md#iam-policy",
+            "set store.sse",
+            "(AccessDenied: Access Denied)",
+        ] {
+            assert!(m.contains(part), "{part:?} in {m}");
+        }
+        let e = store.list("t/").await.unwrap_err();
+        assert!(
+            e.message
+                .contains("needs s3:ListBucket on arn:aws:s3:::logs (prefix \"p/t/\")"),
+            "{e}"
+        );
+        let e = store.delete("t/k.jsonl").await.unwrap_err();
+        assert!(
+            e.message
+                .contains("s3:DeleteObject on arn:aws:s3:::logs/p/t/k.jsonl"),
+            "{e}"
+        );
+        let e = store.incomplete("t/").await.unwrap_err();
+        assert!(e.message.contains("s3:ListBucketMultipartUploads"), "{e}");
+        // A HEAD's 403 has no body: the permissions, and the credentials as a suspect.
+        let head = store_recording(&s, &Recorder::new(|_| (403, vec![], String::new()))).await;
+        let e = head.head("t/k.jsonl").await.unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Unauthorized, "{e}");
+        assert!(
+            e.message
+                .contains("needs s3:GetObject on arn:aws:s3:::logs/p/t/k.jsonl"),
+            "{e}"
+        );
+        assert!(e.message.contains("no reason for a HEAD"), "{e}");
+        // With SSE-KMS the key's actions are named too.
+        s.objects.sse = Some(Sse::Kms {
+            key_id: Some("arn:aws:kms:us-east-1:123456789012:key/k-1".into()),
+        });
+        let store = store_recording(&s, &Recorder::new(denied)).await;
+        let e = store
+            .put("t/k.jsonl", Bytes::from_static(b"x"))
+            .await
+            .unwrap_err();
+        assert!(
+            e.message
+                .contains("and kms:GenerateDataKey on arn:aws:kms:us-east-1:123456789012:key/k-1"),
+            "{e}"
+        );
+        assert!(!e.message.contains("set store.sse"), "{e}");
+        // Credentials the store does not take are not a permissions problem.
+        let bad_key = |_: &Seen| -> Answer {
+            (
+                403,
+                vec![],
+                "<Error><Code>InvalidAccessKeyId</Code><Message>no such key</Message></Error>"
+                    .into(),
+            )
+        };
+        let store = store_recording(&s, &Recorder::new(bad_key)).await;
+        let e = store.get("k").await.unwrap_err();
+        assert!(
+            e.message
+                .contains("check store.access_key / store.secret_key"),
+            "{e}"
+        );
+        assert!(!e.message.contains("s3:GetObject"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn refusals_caused_by_store_settings_name_the_setting() {
+        for (code, status, setting) in [
+            (
+                "KMS.NotFoundException",
+                400,
+                "store.sse_kms_key_id does not exist",
+            ),
+            (
+                "KMS.DisabledException",
+                400,
+                "store.sse_kms_key_id is disabled",
+            ),
+            ("AccessControlListNotSupported", 400, "leave store.acl out"),
+            ("InvalidStorageClass", 400, "store.storage_class"),
+        ] {
+            let body = format!("<Error><Code>{code}</Code><Message>m</Message></Error>");
+            let rec = Recorder::new(move |_| (status, vec![], body.clone()));
+            let store = store_recording(&settings(test_keys()), &rec).await;
+            let e = store.put("k", Bytes::from_static(b"x")).await.unwrap_err();
+            assert_eq!(e.kind, ErrorKind::Rejected, "{e}");
+            assert!(e.message.contains(setting), "{setting:?} in {e}");
+            assert_eq!(rec.seen().len(), 1, "not retried");
+        }
     }
 }

@@ -523,7 +523,7 @@ fn write_new(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
         .open(path)?;
     // Exactly `mode`, whatever the umask: the broker's group must be able to read it.
     f.set_permissions(std::fs::Permissions::from_mode(mode))?;
-    crate::store::write_in_pieces(&mut f, bytes)
+    crate::io::write_in_pieces(&mut f, bytes)
 }
 
 /// A cache file's bytes, if they are the chunk's.

@@ -280,7 +280,7 @@ pub fn table_dirs() -> BTreeSet<&'static str> {
 /// A CDC archive read back: every table row (with its message's position) and every message
 /// kept whole, by side directory (`_repeats`, `_errors`, `_verbatim`).
 pub struct CdcArchive {
-    pub rows: Vec<strata::format::cdc_table::Fragment>,
+    pub rows: Vec<strata::cdc::table::Fragment>,
     pub sides: BTreeMap<String, Vec<Record>>,
 }
 
@@ -294,9 +294,9 @@ pub async fn read_cdc_archive(store: &dyn strata::store::ObjectStore, prefix: &s
             continue;
         }
         let data = store.get(&meta.key).await.expect("get object");
-        if strata::format::cdc_table::is_table_file(&data) {
+        if strata::cdc::table::is_table_file(&data) {
             out.rows.extend(
-                strata::format::cdc_table::decode(data, u64::MAX)
+                strata::cdc::table::decode(data, u64::MAX)
                     .unwrap_or_else(|e| panic!("decode {}: {e}", meta.key)),
             );
             continue;

@@ -91,6 +91,109 @@ pub async fn s3_store(prefix: &str) -> Arc<dyn ObjectStore> {
     s
 }
 
+/// An SDK client of the test S3 (LocalStack) as account `access_key` (LocalStack takes a
+/// 12-digit key as the account id, any other as 000000000000), to see what strata's store
+/// trait does not show: encryption, storage class, tags, bucket owners.
+pub fn sdk_client_as(access_key: &str) -> aws_sdk_s3::Client {
+    let conf = aws_sdk_s3::config::Builder::new()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new("us-east-1"))
+        .endpoint_url(s3_endpoint())
+        .force_path_style(true)
+        .credentials_provider(aws_sdk_s3::config::Credentials::new(
+            access_key, "test", None, None, "tests",
+        ))
+        .build();
+    aws_sdk_s3::Client::from_conf(conf)
+}
+
+/// [`sdk_client_as`] the account strata's test config uses.
+pub fn sdk_client() -> aws_sdk_s3::Client {
+    sdk_client_as("test")
+}
+
+/// How S3 stored an object: encryption, KMS key, storage class and tags (sorted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredAs {
+    pub sse: Option<String>,
+    pub kms_key: Option<String>,
+    pub storage_class: Option<String>,
+    pub tags: Vec<(String, String)>,
+}
+
+/// HeadObject and GetObjectTagging of `bucket`/`key` (the full key).
+pub async fn stored_as(bucket: &str, key: &str) -> StoredAs {
+    let c = sdk_client();
+    let head = c
+        .head_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("HeadObject {bucket}/{key}: {e:?}"));
+    let tagging = c
+        .get_object_tagging()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GetObjectTagging {bucket}/{key}: {e:?}"));
+    let mut tags: Vec<(String, String)> = tagging
+        .tag_set
+        .into_iter()
+        .map(|t| (t.key, t.value))
+        .collect();
+    tags.sort();
+    StoredAs {
+        sse: head.server_side_encryption.map(|s| s.as_str().to_string()),
+        kms_key: head.ssekms_key_id,
+        storage_class: head.storage_class.map(|s| s.as_str().to_string()),
+        tags,
+    }
+}
+
+/// A new KMS key of the test LocalStack (account 000000000000, us-east-1), its ARN: S3 checks
+/// SSE-KMS keys against LocalStack's KMS. One JSON request (`TrentService.CreateKey`): the
+/// tests have no KMS SDK, and LocalStack routes by the target header without checking the
+/// signature.
+pub async fn localstack_kms_key() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let endpoint = s3_endpoint();
+    let host = endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_string();
+    let body = r#"{"Description":"strata integration tests"}"#;
+    let request = format!(
+        "POST / HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-amz-json-1.1\r\nX-Amz-Target: TrentService.CreateKey\r\nAuthorization: AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/kms/aws4_request, SignedHeaders=host, Signature=0\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut conn = tokio::time::timeout(
+        Duration::from_secs(10),
+        tokio::net::TcpStream::connect(&host),
+    )
+    .await
+    .expect("LocalStack answers in time")
+    .expect("connect to LocalStack");
+    conn.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), conn.read_to_end(&mut answer))
+        .await
+        .expect("KMS CreateKey answered in time")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    let (head, json) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    assert!(
+        head.starts_with("HTTP/1.1 200"),
+        "KMS CreateKey failed (is kms in LocalStack's SERVICES?): {answer}"
+    );
+    let v: serde_json::Value = serde_json::from_str(json).expect("CreateKey's JSON");
+    v["KeyMetadata"]["Arn"]
+        .as_str()
+        .expect("the key's ARN")
+        .to_string()
+}
+
 pub async fn create_topic(name: &str, partitions: i32) {
     create_topic_with(name, partitions, &[]).await
 }
@@ -455,8 +558,9 @@ pub fn signal(child: &std::process::Child, sig: &str) {
 }
 
 /// What is wrong with the archive index under `dir` ("" or "cdc/"): seals whose upload never
-/// made its object visible (litter), and, when `every_object`, archive objects no visible seal
-/// describes. Empty when the index is whole.
+/// made its object visible (litter), objects whose bytes do not match their seal's checksum,
+/// and, when `every_object`, archive objects no visible seal describes. Empty when the index
+/// is whole.
 pub async fn index_problems(store: &dyn ObjectStore, dir: &str, every_object: bool) -> Vec<String> {
     let mut problems = Vec::new();
     let mut described = std::collections::BTreeSet::new();
@@ -480,10 +584,26 @@ pub async fn index_problems(store: &dyn ObjectStore, dir: &str, every_object: bo
         if files.is_empty() {
             files.push((seal["key"].as_str().unwrap().to_string(), tag));
         }
+        let crcs: Vec<u64> = seal["crc32c"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|c| c.as_u64()).collect())
+            .unwrap_or_default();
+        if crcs.len() != files.len() {
+            problems.push(format!(
+                "seal {} has {} checksums for {} files",
+                s.key,
+                crcs.len(),
+                files.len()
+            ));
+        }
         let mut visible = false;
-        for (file, t) in files {
+        for (i, (file, t)) in files.into_iter().enumerate() {
             if store.tag_of(&file).await.ok().flatten().as_deref() == Some(t.as_str()) {
                 visible = true;
+                let data = store.get(&file).await.unwrap();
+                if crcs.get(i).copied() != Some(u64::from(crc32c::crc32c(&data))) {
+                    problems.push(format!("{file}: its bytes do not match the seal's CRC-32C"));
+                }
                 described.insert(file);
             }
         }

@@ -182,12 +182,12 @@ fn column_types(
     cx: &mut Ctx<'_>,
     k: &str,
     raw: &RawCdc,
-) -> BTreeMap<String, BTreeMap<String, crate::format::cdc::ColumnType>> {
+) -> BTreeMap<String, BTreeMap<String, crate::cdc::ColumnType>> {
     let mut types = BTreeMap::new();
     for (table, cols) in raw.types.iter().flatten() {
         let mut parsed = BTreeMap::new();
         for (col, ty) in cols {
-            match ty.parse::<crate::format::cdc::ColumnType>() {
+            match ty.parse::<crate::cdc::ColumnType>() {
                 Ok(t) => {
                     parsed.insert(col.clone(), t);
                 }

@@ -19,9 +19,9 @@ pub(super) use tasks::keys_of;
 
 use super::raw::*;
 use super::secret::{self, Secret};
-use super::size::RawSize;
 use super::*;
 use crate::format::{Delimiter, FormatKind, FormatSpec, TextOptions};
+use crate::size::RawSize;
 use chrono_tz::Tz;
 use std::collections::BTreeMap;
 

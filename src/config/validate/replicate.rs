@@ -114,10 +114,7 @@ fn peer(cx: &mut Ctx<'_>, k: &str, raw: Option<&RawPeer>) -> (Option<Alias>, Opt
 fn topics(cx: &mut Ctx<'_>, k: &str, raw: &RawReplicateTask) -> Option<TopicSelector> {
     let topics = topic_selector(cx, k, &raw.topics, &raw.topic_regex, true);
     if let Some(TopicSelector::List(list)) = &topics {
-        for t in list
-            .iter()
-            .filter(|t| crate::replicate::never_replicated(t))
-        {
+        for t in list.iter().filter(|t| crate::config::never_replicated(t)) {
             cx.push(format!("{k}.topics"), format!("{t:?} is an internal topic (a name starting with \"__\" or ending in \"internal\"); those are never replicated"));
         }
     }

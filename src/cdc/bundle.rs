@@ -5,9 +5,9 @@
 //! bundle's first offset, so a replay of the range writes the same keys; the upload stage makes
 //! a bundle visible and commits it as one (see `upload`). Pure apart from the encoders.
 
-use crate::config::{CdcOptions, OnMalformed};
-use crate::format::cdc::{self, ColumnType, RepeatWindow};
-use crate::format::cdc_table::{Position, Room, TableBuilder};
+use super::change::{self as cdc, ColumnType, RepeatWindow};
+use super::table::{Position, Room, TableBuilder};
+use super::{CdcOptions, OnMalformed};
 use crate::format::{
     Compression, EncodeError, Encoder, FormatKind, FormatSpec, Pieces, RecordView,
 };
@@ -391,8 +391,7 @@ mod tests {
                 format!("arch/shop.users/2023/11/14/{name}"),
             ]
         );
-        let orders =
-            crate::format::cdc_table::decode(f.files[3].1.concat().into(), 1 << 30).unwrap();
+        let orders = super::super::table::decode(f.files[3].1.concat().into(), 1 << 30).unwrap();
         let ids: Vec<_> = orders
             .iter()
             .map(|r| r.change.global_id.clone().unwrap())
@@ -471,7 +470,7 @@ mod tests {
         // The first bundle's file holds all its rows.
         let dir = DumpDir::parse("d").unwrap();
         let f = b.finish(&dir, "2024", "cdc", 3).unwrap();
-        let rows = crate::format::cdc_table::decode(f.files[0].1.concat().into(), 1 << 30).unwrap();
+        let rows = super::super::table::decode(f.files[0].1.concat().into(), 1 << 30).unwrap();
         assert_eq!(rows.len(), i);
         assert_eq!(
             rows[0].change.new_values.as_ref().unwrap()["name"].as_deref(),

@@ -151,7 +151,7 @@ pub fn parse_message(value: &[u8], tz: Tz) -> Result<Vec<Change<'_>>, Malformed>
 
 /// Parses a message value into its changes and tells whether they rebuild it.
 pub fn parse(value: &[u8], tz: Tz) -> Result<Parsed<'_>, Malformed> {
-    use super::cdc_parse::Message;
+    use super::parse::Message;
     // The whole value checked as UTF-8 once: the `str` reader then borrows each string as it
     // is, where the byte reader checks every string by itself (measured slower on changes'
     // many short strings).

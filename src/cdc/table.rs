@@ -4,7 +4,8 @@
 //! merge across files), in the declared types, with `errors` naming every value that did not
 //! convert; written as Parquet marked as CDC, and read back into changes for restore.
 
-use super::cdc::{convert, Change, ColumnType, Typed, Values};
+use super::change::{convert, Change, ColumnType, Typed, Values};
+use crate::format::{Compression, DecodeError, EncodeError, Output, Pieces};
 use arrow_array::builder::{
     ArrayBuilder, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder,
     Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
@@ -53,7 +54,7 @@ impl Room {
         reserved: &mut usize,
     ) -> arrow_array::builder::GenericByteBuilder<T> {
         match self.0.get(column) {
-            Some(&(rows, bytes)) => super::with_room(rows, bytes, reserved),
+            Some(&(rows, bytes)) => crate::format::with_room(rows, bytes, reserved),
             None => arrow_array::builder::GenericByteBuilder::new(),
         }
     }
@@ -67,7 +68,7 @@ fn renew_noting<T: arrow_array::types::ByteArrayType>(
     seen: &mut Room,
 ) -> arrow_array::GenericByteArray<T> {
     seen.note(column, b.len(), b.values_slice().len());
-    super::renew(b, reserved)
+    crate::format::renew(b, reserved)
 }
 
 /// One source column's values, in its declared type.
@@ -305,13 +306,13 @@ pub struct TableBuilder {
     /// What the string and byte builders hold room for since the last flush (see
     /// `format::renew`); the pending rows' bytes live in it.
     reserved: usize,
-    compression: super::Compression,
+    compression: Compression,
     /// The room the previous file of this table needed (for columns first seen here).
     room: Room,
     /// The room this file's flushes needed, for the next file.
     seen: Room,
     /// Rows flushed so far go here; its schema is fixed from the first flush on.
-    writer: Option<parquet::arrow::ArrowWriter<super::Pieces>>,
+    writer: Option<parquet::arrow::ArrowWriter<Pieces>>,
 }
 
 /// Rows gather in the builders until this many (or [`FLUSH_BYTES`]), then go to the file's
@@ -352,7 +353,7 @@ impl TableBuilder {
     pub fn new(
         types: BTreeMap<String, ColumnType>,
         tz: Tz,
-        compression: super::Compression,
+        compression: Compression,
         room: Room,
     ) -> Self {
         let mut reserved = 0;
@@ -399,13 +400,14 @@ impl TableBuilder {
     pub fn memory_bytes(&self) -> usize {
         self.bytes.max(self.reserved)
             + self.rows * 96
-            + self.writer.as_ref().map_or(0, |w| {
-                w.memory_size() + super::Output::memory_bytes(w.inner())
-            })
+            + self
+                .writer
+                .as_ref()
+                .map_or(0, |w| w.memory_size() + Output::memory_bytes(w.inner()))
     }
 
     /// Adds one change as a row (the caller checked [`Self::fits`]).
-    pub fn append(&mut self, p: &Position, c: &Change) -> Result<(), super::EncodeError> {
+    pub fn append(&mut self, p: &Position, c: &Change) -> Result<(), EncodeError> {
         self.topic.append_value(p.topic);
         self.partition.append_value(p.partition);
         self.offset.append_value(p.offset);
@@ -492,14 +494,14 @@ impl TableBuilder {
     }
 
     /// Hands the pending rows to the file's writer.
-    fn flush(&mut self) -> Result<(), super::EncodeError> {
+    fn flush(&mut self) -> Result<(), EncodeError> {
         let batch = self.batch()?;
         self.rows = 0;
         self.bytes = 0;
         let w = match &mut self.writer {
             Some(w) => w,
             None => self.writer.insert(parquet::arrow::ArrowWriter::try_new(
-                super::Pieces::default(),
+                Pieces::default(),
                 batch.schema(),
                 Some(properties(self.compression, self.tz, &value_kinds(&batch))?),
             )?),
@@ -509,13 +511,13 @@ impl TableBuilder {
     }
 
     /// The finished Parquet file, and the room its builders needed (for the table's next file).
-    pub fn finish(mut self) -> Result<(super::Pieces, Room), super::EncodeError> {
+    pub fn finish(mut self) -> Result<(Pieces, Room), EncodeError> {
         if self.rows > 0 || self.writer.is_none() {
             self.flush()?;
         }
         let file = match self.writer.take() {
             Some(w) => w.into_inner()?,
-            None => super::Pieces::default(),
+            None => Pieces::default(),
         };
         Ok((file, self.seen))
     }
@@ -670,15 +672,16 @@ fn value_kinds(batch: &RecordBatch) -> Vec<(String, Kind)> {
 /// columns that repeat (value columns: as their first rows show), and the plain encoder's page
 /// size.
 fn properties(
-    compression: super::Compression,
+    compression: Compression,
     tz: Tz,
     kinds: &[(String, Kind)],
-) -> Result<parquet::file::properties::WriterProperties, super::EncodeError> {
+) -> Result<parquet::file::properties::WriterProperties, EncodeError> {
     use parquet::file::properties::EnabledStatistics;
     use parquet::schema::types::ColumnPath;
-    let mut b = super::parquet::writer_basics(compression)?.set_key_value_metadata(Some(vec![
-        parquet::file::metadata::KeyValue::new(CDC_META.to_string(), tz.name().to_string()),
-    ]));
+    let mut b =
+        crate::format::parquet::writer_basics(compression)?.set_key_value_metadata(Some(vec![
+            parquet::file::metadata::KeyValue::new(CDC_META.to_string(), tz.name().to_string()),
+        ]));
     for col in UNIQUE {
         b = b.set_column_dictionary_enabled(ColumnPath::from(col), false);
     }
@@ -708,7 +711,7 @@ pub struct Fragment {
 impl Fragment {
     /// Bytes this change adds to the record restored from it: its text and its values with
     /// their column names, as the message's JSON holds them, and a record's bookkeeping (as
-    /// [`super::Record::heap_bytes`] counts it). What the decode limit counts, as for other
+    /// [`crate::format::Record::heap_bytes`] counts it). What the decode limit counts, as for other
     /// formats; the change itself takes up to about twice that until it becomes the record.
     fn decoded_bytes(&self) -> u64 {
         let c = &self.change;
@@ -746,22 +749,22 @@ pub fn is_table_file(data: &bytes::Bytes) -> bool {
     })
 }
 
-fn bad(message: String) -> super::DecodeError {
-    super::DecodeError { at: None, message }
+fn bad(message: String) -> DecodeError {
+    DecodeError { at: None, message }
 }
 
 /// Reads a table file's rows back into changes (typed values rendered back to the text they
 /// came as). `limit` bounds the decoded bytes, as for every archive object.
-pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::DecodeError> {
+pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, DecodeError> {
     use arrow_array::cast::AsArray;
     use arrow_array::types::{
         Date32Type, Decimal128Type, Float64Type, Int32Type, Int64Type, TimestampMicrosecondType,
         TimestampMillisecondType,
     };
     use arrow_array::Array;
-    let builder = super::parquet::reader_builder(&data)
+    let builder = crate::format::parquet::reader_builder(&data)
         .map_err(|e| bad(format!("not a readable parquet file: {e}")))?;
-    super::parquet_bound::check(&data, builder.metadata(), limit)?;
+    crate::format::parquet_bound::check(&data, builder.metadata(), limit)?;
     let tz: Tz = builder
         .metadata()
         .file_metadata()
@@ -775,7 +778,7 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
             ))
         })?;
     let reader = builder
-        .with_batch_size(super::parquet::BATCH)
+        .with_batch_size(crate::format::parquet::BATCH)
         .build()
         .map_err(|e| bad(format!("not a readable parquet file: {e}")))?;
     let mut out = Vec::new();
@@ -790,7 +793,7 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
         };
         let wrong = |name: &str| bad(format!("column \"{name}\" has an unexpected type"));
         let string_at =
-            |a: &ArrayRef, name: &str, i: usize| -> Result<Option<String>, super::DecodeError> {
+            |a: &ArrayRef, name: &str, i: usize| -> Result<Option<String>, DecodeError> {
                 let s = a.as_string_opt::<i32>().ok_or_else(|| wrong(name))?;
                 Ok(s.is_valid(i).then(|| s.value(i).to_string()))
             };
@@ -843,15 +846,15 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
             let meta = |n: usize| string_at(&metas[n].1, metas[n].0, i);
             let table = meta(4)?.ok_or_else(|| bad(format!("row {i}: no table")))?;
             let kind = match meta(5)?.as_deref() {
-                Some("I") => super::cdc::ChangeType::Insert,
-                Some("U") => super::cdc::ChangeType::Update,
-                Some("D") => super::cdc::ChangeType::Delete,
+                Some("I") => super::change::ChangeType::Insert,
+                Some("U") => super::change::ChangeType::Update,
+                Some("D") => super::change::ChangeType::Delete,
                 other => return Err(bad(format!("row {i}: change type {other:?}"))),
             };
             // A side's values exist when the change had them: an insert has no old values, a
             // delete no new ones (an update has both).
-            let mut new_values = (kind != super::cdc::ChangeType::Delete).then(Values::default);
-            let mut old_values = (kind != super::cdc::ChangeType::Insert).then(Values::default);
+            let mut new_values = (kind != super::change::ChangeType::Delete).then(Values::default);
+            let mut old_values = (kind != super::change::ChangeType::Insert).then(Values::default);
             for (new, name, a) in &values {
                 if !a.is_valid(i) {
                     continue;
@@ -862,16 +865,16 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
                     DataType::Int64 => a.as_primitive::<Int64Type>().value(i).to_string(),
                     DataType::Float64 => a.as_primitive::<Float64Type>().value(i).to_string(),
                     DataType::Boolean => a.as_boolean().value(i).to_string(),
-                    DataType::Decimal128(_, scale) => super::cdc::render_decimal(
+                    DataType::Decimal128(_, scale) => super::change::render_decimal(
                         a.as_primitive::<Decimal128Type>().value(i),
                         u8::try_from(*scale).unwrap_or(0),
                     ),
-                    DataType::Date32 => super::cdc::render(
+                    DataType::Date32 => super::change::render(
                         &Typed::Date(a.as_primitive::<Date32Type>().value(i)),
                         ColumnType::Date,
                         tz,
                     ),
-                    DataType::Timestamp(TimeUnit::Microsecond, _) => super::cdc::render(
+                    DataType::Timestamp(TimeUnit::Microsecond, _) => super::change::render(
                         &Typed::Timestamp(a.as_primitive::<TimestampMicrosecondType>().value(i)),
                         ColumnType::Timestamp,
                         tz,
@@ -932,7 +935,7 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
             // arrays they came from, so they are counted too.
             decoded += fragment.decoded_bytes();
             if decoded > limit {
-                return Err(super::too_large(limit));
+                return Err(crate::format::too_large(limit));
             }
             out.push(fragment);
         }
@@ -942,7 +945,7 @@ pub fn decode(data: bytes::Bytes, limit: u64) -> Result<Vec<Fragment>, super::De
 
 #[cfg(test)]
 mod tests {
-    use super::super::cdc::parse_message;
+    use super::super::change::parse_message;
     use super::*;
     use arrow_array::cast::AsArray;
     use arrow_array::types::{Decimal128Type, Int32Type};
@@ -972,7 +975,7 @@ mod tests {
         TableBuilder::new(
             BTreeMap::new(),
             Tz::UTC,
-            super::super::Compression::Snappy,
+            super::Compression::Snappy,
             Room::default(),
         )
     }
@@ -994,12 +997,7 @@ mod tests {
     #[test]
     fn a_table_file_has_metadata_then_new_and_old_columns_in_declared_types() {
         let types = id_and_amount();
-        let mut s = TableBuilder::new(
-            types,
-            Tz::UTC,
-            super::super::Compression::Snappy,
-            Room::default(),
-        );
+        let mut s = TableBuilder::new(types, Tz::UTC, super::Compression::Snappy, Room::default());
         let mut all = rows(
             r#"[{"TIME":"20240101000000","GLOBAL_ID":"g1","DATABASE":"shop","TABLE":"orders","TYPE":"I","LOGICAL_CLOCK":"5","NEW_VALUES":{"id":"7","amount":"12.30","note":"hi"}}]"#,
             40,
@@ -1168,7 +1166,7 @@ mod tests {
                 }
             }
         };
-        let compression = super::super::Compression::Snappy;
+        let compression = super::Compression::Snappy;
         let mut first = TableBuilder::new(BTreeMap::new(), Tz::UTC, compression, Room::default());
         fill(&mut first, 0);
         let (_, room) = first.finish().unwrap();
@@ -1213,14 +1211,9 @@ mod tests {
             r#"[{"DATABASE":"shop","GLOBAL_ID":"g2","NEW_VALUES":{"amount":"13.00","id":"7"},"OLD_VALUES":{"amount":"12.30","id":"7"},"SCHEMA":"public","TABLE":"orders","TYPE":"U"},{"DATABASE":"shop","GLOBAL_ID":"g3","OLD_VALUES":{"amount":"1.00","id":"8"},"SCHEMA":"public","TABLE":"orders","TYPE":"D"}]"#,
         ];
         let types = id_and_amount();
-        let mut s = TableBuilder::new(
-            types,
-            Tz::UTC,
-            super::super::Compression::Zstd,
-            Room::default(),
-        );
+        let mut s = TableBuilder::new(types, Tz::UTC, super::Compression::Zstd, Room::default());
         for (i, m) in msgs.iter().enumerate() {
-            let p = super::super::cdc::parse(m.as_bytes(), Tz::UTC).unwrap();
+            let p = super::super::change::parse(m.as_bytes(), Tz::UTC).unwrap();
             assert!(p.plain, "{m}");
             for c in p.changes {
                 let at = Position {
@@ -1244,7 +1237,7 @@ mod tests {
                 .map(|f| f.change.clone())
                 .collect();
             assert_eq!(
-                String::from_utf8(super::super::cdc::message_json(&changes)).unwrap(),
+                String::from_utf8(super::super::change::message_json(&changes)).unwrap(),
                 *m
             );
         }
@@ -1258,7 +1251,7 @@ mod tests {
         // values are small integers: 8192 rows are a few KiB of Parquet and 16 MiB of changes.
         let name = "c".repeat(2000);
         let types = BTreeMap::from([(name.clone(), ColumnType::Int)]);
-        let compression = super::super::Compression::Snappy;
+        let compression = super::Compression::Snappy;
         let mut s = TableBuilder::new(types, Tz::UTC, compression, Room::default());
         let msg = format!(r#"[{{"TABLE":"t","TYPE":"I","NEW_VALUES":{{"{name}":"1"}}}}]"#);
         for i in 0..8192 {
@@ -1286,7 +1279,7 @@ mod tests {
             r#"[{"TABLE":"t","TYPE":"I","NEW_VALUES":{"a,b":"7"}}]"#,
         ] {
             assert!(
-                !super::super::cdc::parse(m.as_bytes(), Tz::UTC)
+                !super::super::change::parse(m.as_bytes(), Tz::UTC)
                     .unwrap()
                     .plain,
                 "{m}"

@@ -157,7 +157,7 @@ impl<'de> Visitor<'de> for CellVisitor {
 /// `OLD_VALUES` / `NEW_VALUES`: an object of column to [`Cell`]; anything else is kept as no
 /// values (and the message is not plain).
 pub(super) struct Values<'a> {
-    pub map: Option<super::cdc::Values<'a>>,
+    pub map: Option<super::change::Values<'a>>,
     pub plain: bool,
 }
 
@@ -195,7 +195,7 @@ impl<'de> Visitor<'de> for ValuesVisitor {
             out.push((k, c.text));
         }
         Ok(Values {
-            map: Some(super::cdc::Values(out)),
+            map: Some(super::change::Values(out)),
             plain,
         })
     }
@@ -238,8 +238,8 @@ pub(super) struct Item<'a> {
     pub table: Option<Cow<'a, str>>,
     pub kind: Option<Cell<'a>>,
     pub logical_clock: Option<Cow<'a, str>>,
-    pub old_values: Option<super::cdc::Values<'a>>,
-    pub new_values: Option<super::cdc::Values<'a>>,
+    pub old_values: Option<super::change::Values<'a>>,
+    pub new_values: Option<super::change::Values<'a>>,
     pub offset: Option<Cow<'a, str>>,
 }
 
