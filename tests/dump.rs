@@ -807,3 +807,62 @@ async fn cdc_topics_become_typed_tables_without_repeats() {
         "one window state per partition: {windows:?}"
     );
 }
+
+/// Every `--once` run stores the cluster's state beside its archive, at its start and its end:
+/// the topic's partitions, replicas, own configs and watermarks, and the committed offsets of
+/// the groups that read it (not the task's own group).
+#[tokio::test(flavor = "multi_thread")]
+async fn once_runs_store_the_topics_definitions_and_the_groups_positions() {
+    let topic = unique("state");
+    create_topic_with(&topic, 2, &[("retention.ms", "604800001")]).await;
+    produce(&sample_records(&topic, 50, 2, base_ts())).await;
+    let reader = unique("state-reader");
+    {
+        use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+        let c: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", bootstrap())
+            .set("group.id", &reader)
+            .create()
+            .unwrap();
+        let mut tpl = rdkafka::TopicPartitionList::new();
+        tpl.add_partition_offset(&topic, 0, rdkafka::Offset::Offset(20))
+            .unwrap();
+        tpl.add_partition_offset(&topic, 1, rdkafka::Offset::Offset(7))
+            .unwrap();
+        c.commit(&tpl, CommitMode::Sync).unwrap();
+    }
+    let root = tempfile::tempdir().unwrap();
+    let task = unique("state-task");
+    let toml = format!(
+        "{}{}",
+        file_toml(root.path()),
+        task_toml(&task, &topic, "format = \"jsonl\"\ndirectory = \"d\"")
+    );
+    dump_once(&toml).await;
+    let store = FsStore::new(root.path().to_path_buf());
+    let dir = strata::layout::DumpDir::parse("d").unwrap();
+    let listed = strata::state::list(&store, &dir, Some(&task)).await.unwrap();
+    assert_eq!(listed.len(), 2, "a snapshot at the start and one at the end: {listed:?}");
+    let first = strata::state::read(&store, &listed[0].2).await.unwrap();
+    let last = strata::state::read(&store, &listed[1].2).await.unwrap();
+    assert_eq!(first.occasion, strata::state::Occasion::Start);
+    assert_eq!(last.occasion, strata::state::Occasion::End);
+    let t = last.topic(&topic).expect("the archived topic is described");
+    assert_eq!((t.partitions, t.replication_factor), (2, 1));
+    assert_eq!(t.configs.get("retention.ms").map(String::as_str), Some("604800001"));
+    assert_eq!(t.watermarks, vec![(0, 25), (0, 25)]);
+    let g = last
+        .groups
+        .iter()
+        .find(|g| g.group == reader)
+        .expect("the reader group's positions");
+    assert_eq!(
+        g.offsets.get(&topic).cloned(),
+        Some(BTreeMap::from([(0, 20), (1, 7)]))
+    );
+    assert!(
+        last.groups.iter().all(|g| g.group != task),
+        "the task's own group is strata's, not a reader to restore"
+    );
+    assert!(last.missing.is_empty(), "{:?}", last.missing);
+}

@@ -16,6 +16,7 @@ mod requests;
 pub mod roll;
 mod sequencer;
 mod sink;
+pub(crate) mod snapshot;
 pub(crate) mod start;
 mod task;
 mod upload;
@@ -141,6 +142,8 @@ pub enum DumpError {
         gaps: String,
         records: String,
     },
+    #[error("task {task}: the cluster state snapshot is required (state = \"required\") and failed: {detail}; grant the rights it names, or set state = \"best_effort\"")]
+    State { task: String, detail: String },
     #[error("task {task}: worker stopped unexpectedly: {detail}")]
     Worker { task: String, detail: String },
     #[error(transparent)]
@@ -285,8 +288,18 @@ pub async fn run_wrapped(
     let leftover_age = cfg.limits.leftover_age;
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let rt = tokio::runtime::Handle::current();
+    // Snapshots leave out the groups of this file's dump tasks (strata's own).
+    let own: Vec<String> = cfg.tasks.iter().map(|t| t.name.to_string()).collect();
     for (task, store) in cfg.tasks.iter().cloned().zip(stores) {
         let (tx, rt, task_stop, kafka) = (tx.clone(), rt.clone(), stop.clone(), cfg.kafka.clone());
+        let snapshots = snapshot::Policy {
+            groups: snapshot::GroupFilter {
+                regex: None,
+                own: own.clone(),
+            },
+            required: false,
+            interval: Some(std::time::Duration::from_secs(300)),
+        };
         let name = task.name.to_string();
         let spawned = std::thread::Builder::new()
             .name(format!("dump-{name}"))
@@ -300,6 +313,7 @@ pub async fn run_wrapped(
                     leftover_age,
                     opts,
                     stop: task_stop,
+                    snapshots,
                 });
                 let _ = tx.send((name, result));
             });

@@ -39,6 +39,8 @@ pub(super) struct DumpSink {
     task: Arc<DumpTask>,
     kafka: KafkaConfig,
     rt: tokio::runtime::Handle,
+    /// The task's cluster state snapshots (a continuous dump's every interval).
+    snapshots: super::snapshot::Snapshots,
     /// Reads the group's committed offsets: never queued behind the consumer's JoinGroup.
     group: Reader,
     writers: Vec<SyncSender<ToWriter>>,
@@ -85,6 +87,7 @@ impl DumpSink {
         task: Arc<DumpTask>,
         kafka: KafkaConfig,
         rt: tokio::runtime::Handle,
+        snapshots: super::snapshot::Snapshots,
         group: Reader,
         writers: Vec<SyncSender<ToWriter>>,
         control: Receiver<Control>,
@@ -98,6 +101,7 @@ impl DumpSink {
             task,
             kafka,
             rt,
+            snapshots,
             group,
             stash: (0..writers.len()).map(|_| VecDeque::new()).collect(),
             writers,
@@ -433,6 +437,11 @@ impl DumpSink {
         Ok(())
     }
 
+    /// The snapshots, for the one at the end of a run.
+    pub fn into_snapshots(self) -> super::snapshot::Snapshots {
+        self.snapshots
+    }
+
     /// Closes every open object, lets the writers and sequencers store and commit what they
     /// hold (serving their commits meanwhile), within a grace period.
     pub fn shut_down(&mut self, src: &mut Source) {
@@ -593,6 +602,9 @@ impl Sink for DumpSink {
     fn tick(&mut self, _src: &mut Source) -> Result<(), DumpError> {
         for w in 0..self.writers.len() {
             self.queue_for(w, ToWriter::Tick);
+        }
+        if !self.opts.once {
+            self.snapshots.tick();
         }
         let (records, bytes) = std::mem::take(&mut self.consumed);
         self.metrics.consumed_records.increment(records);

@@ -8,11 +8,13 @@ use super::index::{self, Seal};
 use super::once::Targets;
 use super::sequencer::UploadContext;
 use super::sink::DumpSink;
+use super::snapshot::{Policy, Snapshots};
 use super::writer::{self, WriterContext};
 use super::{DumpError, DumpOptions, Fatal, Metrics, Summary};
 use crate::config::{DumpTask, KafkaConfig};
 use crate::kafka::source::{self, offset_of, LagOf, Settings, Source};
 use crate::kafka::Reader;
+use crate::state::Occasion;
 use crate::store::{ErrorKind, ObjectStore};
 use rdkafka::TopicPartitionList;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -34,6 +36,8 @@ pub(super) struct TaskSetup<'a> {
     pub leftover_age: Duration,
     pub opts: DumpOptions,
     pub stop: Arc<AtomicBool>,
+    /// How the task takes its cluster state snapshots.
+    pub snapshots: Policy,
 }
 
 /// How much of the buffer budget librdkafka's prefetch queue may use.
@@ -131,6 +135,14 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
         gaps: Arc::new(Mutex::new(Vec::new())),
     });
     clean_up_leftovers(&s.rt, &group, &task, s.store.as_ref(), s.leftover_age);
+    let snapshots = Snapshots::new(
+        s.kafka.clone(),
+        task.clone(),
+        s.store.clone(),
+        s.rt.clone(),
+        s.snapshots.clone(),
+    );
+    snapshots.take_now(Occasion::Start)?;
     let in_flight = ByteBudget::new(sh.in_flight);
     let buffered = Arc::new(AtomicUsize::new(0));
     let mut senders = Vec::new();
@@ -159,6 +171,7 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
         task.clone(),
         s.kafka.clone(),
         s.rt,
+        snapshots,
         group,
         senders,
         control_rx,
@@ -171,7 +184,7 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
     let outcome = src.run(&mut sink, &s.stop);
     let report = sink.targets.as_ref().map(Targets::report);
     sink.shut_down(&mut src);
-    drop(sink);
+    let snapshots = sink.into_snapshots();
     // Dropping the consumer leaves the group and can block; this is the task's own thread.
     drop(src);
     for t in threads {
@@ -187,6 +200,9 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
             task: task.name.to_string(),
             partitions: unstored,
         });
+    }
+    if s.opts.once {
+        snapshots.take_now(Occasion::End)?;
     }
     let mut summary = stats.lock().map(|s| s.clone()).unwrap_or_default();
     summary.partitions = report.unwrap_or_default();

@@ -135,7 +135,7 @@ class UnixSocketTest extends FakeTierTest {
         // ...and once the socket is back, its busy TCP connection does not keep it there.
         tier.listenUnix(sock);
         rsm.deleteLogSegmentData(segment());
-        Thread.sleep(TimeUnit.NANOSECONDS.toMillis(TierHttp.SOCKET_RETRY_NANOS) + 200);
+        Thread.sleep(TimeUnit.NANOSECONDS.toMillis(UnixSocketTransport.RETRY_NANOS) + 200);
         rsm.deleteLogSegmentData(segment());
         rsm.deleteLogSegmentData(segment());
 
