@@ -841,15 +841,24 @@ async fn once_runs_store_the_topics_definitions_and_the_groups_positions() {
     dump_once(&toml).await;
     let store = FsStore::new(root.path().to_path_buf());
     let dir = strata::layout::DumpDir::parse("d").unwrap();
-    let listed = strata::state::list(&store, &dir, Some(&task)).await.unwrap();
-    assert_eq!(listed.len(), 2, "a snapshot at the start and one at the end: {listed:?}");
+    let listed = strata::state::list(&store, &dir, Some(&task))
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.len(),
+        2,
+        "a snapshot at the start and one at the end: {listed:?}"
+    );
     let first = strata::state::read(&store, &listed[0].2).await.unwrap();
     let last = strata::state::read(&store, &listed[1].2).await.unwrap();
     assert_eq!(first.occasion, strata::state::Occasion::Start);
     assert_eq!(last.occasion, strata::state::Occasion::End);
     let t = last.topic(&topic).expect("the archived topic is described");
     assert_eq!((t.partitions, t.replication_factor), (2, 1));
-    assert_eq!(t.configs.get("retention.ms").map(String::as_str), Some("604800001"));
+    assert_eq!(
+        t.configs.get("retention.ms").map(String::as_str),
+        Some("604800001")
+    );
     assert_eq!(t.watermarks, vec![(0, 25), (0, 25)]);
     let g = last
         .groups
