@@ -19,10 +19,10 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// buffers (librdkafka fetches, Parquet row groups) stay in the normal arenas, reused after a
 /// free, instead of going to the oversize arena that unmaps them at once and faults them in
 /// again for the next fetch; freed pages go back to the system after about 3 s (jemalloc's 10 s
-/// kept a restore's decoded objects around: 0.9-1.0 GB of RSS instead of 0.7), returned by
-/// jemalloc's own thread: purged inline, on allocator calls, about one 1 GiB dump in five gave
-/// back the fetch buffers as fast as they were freed and faulted every received byte in again
-/// (1.3 GB of page faults, a third more CPU).
+/// kept a restore's decoded objects around), returned by jemalloc's own thread: purged inline,
+/// on allocator calls, about one 1 GiB dump in five gave back the fetch buffers as fast as they
+/// were freed and faulted every received byte in again (bench/README.md has the figures: Restore,
+/// and "Allocator purging and unsigned payloads").
 #[unsafe(export_name = "malloc_conf")]
 static MALLOC_CONF: &[u8; 64] =
     b"oversize_threshold:0,dirty_decay_ms:3000,background_thread:true\0";
@@ -521,7 +521,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// `strata tier` runs for months and serves chunks that come and go at the pace of the traffic.
 /// Its threads share one jemalloc arena whose freed pages go back after 1 s: under load a freed
 /// chunk buffer is reused at once instead of being returned and faulted in again (handing pages
-/// back at once cost over half of its CPU on cold reads, bench/README.md), and with one arena the
+/// back at once was much of its CPU on cold reads: bench/README.md, Tier), and with one arena the
 /// pages kept are one working set, not one per thread, so RSS stays near its cache and the
 /// chunks in flight, and goes back there when idle (tests/tier.rs checks both). Called before any
 /// other thread exists.
