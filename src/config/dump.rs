@@ -26,6 +26,37 @@ impl TimeSource {
     }
 }
 
+/// Whether a task's cluster state snapshots matter to the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateMode {
+    /// Taken; what cannot be read is named in a warning (the default).
+    BestEffort,
+    /// Taken; a snapshot that cannot be taken whole fails the task.
+    Required,
+    /// Not taken.
+    Off,
+}
+
+impl StateMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StateMode::BestEffort => "best_effort",
+            StateMode::Required => "required",
+            StateMode::Off => "off",
+        }
+    }
+}
+
+/// A dump task's cluster state snapshots (`crate::state`).
+#[derive(Debug, Clone)]
+pub struct StateSettings {
+    pub mode: StateMode,
+    /// Between snapshots of a continuous dump.
+    pub interval: Duration,
+    /// The groups whose committed offsets are recorded (`None`: every group but strata's own).
+    pub groups: Option<regex::Regex>,
+}
+
 /// One dump task: topics into time-partitioned archive objects.
 #[derive(Debug, Clone)]
 pub struct DumpTask {
@@ -44,6 +75,8 @@ pub struct DumpTask {
     /// `--once` exits 0 even when retention deleted records before they were archived (the
     /// gaps are still recorded and logged); otherwise such a run exits 4.
     pub allow_retention_gaps: bool,
+    /// The cluster state snapshots the task stores beside its archive.
+    pub state: StateSettings,
     /// `[tasks.cdc]`: values are change-data-capture messages, archived as one table per
     /// source table.
     pub cdc: Option<CdcOptions>,

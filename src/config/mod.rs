@@ -22,7 +22,7 @@ mod validate;
 
 pub use crate::cdc::{CdcOptions, OnMalformed};
 pub use crate::size::ByteSize;
-pub use dump::{DumpTask, TimeSource};
+pub use dump::{DumpTask, StateMode, StateSettings, TimeSource};
 pub use kafka::{KafkaConfig, Sasl, SaslMechanism, SecurityProtocol, Tls};
 pub use overrides::RestoreOverrides;
 pub use replicate::{
@@ -50,6 +50,8 @@ pub mod defaults {
     pub const BUFFER_MEMORY: ByteSize = ByteSize::mib(256);
     pub const LEFTOVER_AGE_SECS: u64 = 3600;
     pub const DUMP_INTERVAL_SECS: u64 = 300;
+    /// Between two cluster state snapshots of a continuous dump.
+    pub const STATE_INTERVAL_SECS: u64 = 300;
     pub const MAX_FILE_SIZE: ByteSize = ByteSize::mib(64);
     pub const TOPIC_REFRESH_SECS: u64 = 30;
     pub const TIME_DIRECTORY: &str = "yyyy/MM/dd";

@@ -186,6 +186,9 @@ raw_table! {
         pub key_separator: Option<String>,
         pub max_file_size: Option<RawSize>,
         pub allow_retention_gaps: Option<bool>,
+        pub state: Option<String>,
+        pub state_interval_secs: Option<u64>,
+        pub groups_regex: Option<String>,
         pub cdc: Option<RawCdc>,
     }
 }

@@ -1058,3 +1058,36 @@ fn every_declared_key_is_read_by_its_struct() {
         }
     }
 }
+
+#[test]
+fn a_dump_tasks_state_snapshots_are_configured_and_checked() {
+    let c = load("[[tasks]]\nname = \"nightly\"\ntopics = [\"t\"]\n").unwrap();
+    let s = &c.tasks[0].state;
+    assert_eq!(s.mode, StateMode::BestEffort);
+    assert_eq!(
+        s.interval,
+        Duration::from_secs(defaults::STATE_INTERVAL_SECS)
+    );
+    assert!(s.groups.is_none());
+    let c = load(
+        "[[tasks]]\nname = \"nightly\"\ntopics = [\"t\"]\nstate = \"required\"\nstate_interval_secs = 120\ngroups_regex = 'app-.*'\n",
+    )
+    .unwrap();
+    let s = &c.tasks[0].state;
+    assert_eq!(
+        (s.mode, s.interval),
+        (StateMode::Required, Duration::from_secs(120))
+    );
+    let r = s.groups.as_ref().unwrap();
+    assert!(
+        r.is_match("app-1") && !r.is_match("my-app-1"),
+        "whole names"
+    );
+    let found = issues(
+        "[[tasks]]\nname = \"nightly\"\ntopics = [\"t\"]\nstate = \"sometimes\"\nstate_interval_secs = 5\ngroups_regex = '('\n",
+    );
+    let keys: Vec<&str> = found.iter().map(|i| i.key.as_str()).collect();
+    for key in ["tasks[0].state", "tasks[0].state_interval_secs"] {
+        assert!(keys.contains(&key), "{key}: {found:#?}");
+    }
+}

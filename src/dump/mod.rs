@@ -327,11 +327,11 @@ pub async fn run_wrapped(
         let (tx, rt, task_stop, kafka) = (tx.clone(), rt.clone(), stop.clone(), cfg.kafka.clone());
         let snapshots = snapshot::Policy {
             groups: snapshot::GroupFilter {
-                regex: None,
+                regex: task.state.groups.clone(),
                 own: own.clone(),
             },
-            required: false,
-            interval: Some(std::time::Duration::from_secs(300)),
+            mode: task.state.mode,
+            interval: task.state.interval,
         };
         let name = task.name.to_string();
         let spawned = std::thread::Builder::new()

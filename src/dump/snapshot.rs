@@ -262,11 +262,11 @@ fn group_offsets(
 #[derive(Debug, Clone)]
 pub(crate) struct Policy {
     pub groups: GroupFilter,
-    /// A snapshot that cannot be taken whole (a right missing, Kafka unreachable) fails the
-    /// task instead of a warning.
-    pub required: bool,
-    /// Between snapshots of a continuous dump (`None`: only at its start).
-    pub interval: Option<std::time::Duration>,
+    /// `Required`: a snapshot that cannot be taken whole (a right missing, Kafka unreachable)
+    /// fails the task instead of a warning; `Off`: none is taken.
+    pub mode: crate::config::StateMode,
+    /// Between snapshots of a continuous dump.
+    pub interval: std::time::Duration,
 }
 
 /// A task's snapshots: one now (start, end of a run), and in the background when the interval
@@ -291,8 +291,7 @@ impl Snapshots {
         rt: tokio::runtime::Handle,
         policy: Policy,
     ) -> Self {
-        let next =
-            std::time::Instant::now() + policy.interval.unwrap_or(std::time::Duration::MAX / 4);
+        let next = std::time::Instant::now() + policy.interval;
         Self {
             kafka,
             task,
@@ -308,6 +307,9 @@ impl Snapshots {
     /// Takes a snapshot and waits for it to be stored (the start or the end of a run, on the
     /// task's own thread outside its stages). `Err` only when the state is required.
     pub fn take_now(&self, occasion: Occasion) -> Result<(), super::DumpError> {
+        if self.policy.mode == crate::config::StateMode::Off {
+            return Ok(());
+        }
         let job = self.job(occasion);
         self.rt.block_on(job)
     }
@@ -320,8 +322,7 @@ impl Snapshots {
         {
             return;
         }
-        self.next = std::time::Instant::now()
-            + self.policy.interval.unwrap_or(std::time::Duration::MAX / 4);
+        self.next = std::time::Instant::now() + self.policy.interval;
         let job = self.job(Occasion::Interval);
         self.running = Some(self.rt.spawn(async move {
             // A required snapshot's failure was logged; the task goes on archiving records.
@@ -352,7 +353,7 @@ impl Snapshots {
                 detail: format!("taking a state snapshot: {e}"),
             })?;
             let failed = |detail: String| {
-                if policy.required {
+                if policy.mode == crate::config::StateMode::Required {
                     tracing::error!(task = %name, %detail, "the cluster state snapshot (state = \"required\") failed");
                     Err(super::DumpError::State {
                         task: name.clone(),
@@ -376,7 +377,7 @@ impl Snapshots {
                     tracing::warn!(task = %name, missing = %m, "the cluster state snapshot lacks something this principal may not read");
                 }
             }
-            if policy.required && !snapshot.missing.is_empty() {
+            if policy.mode == crate::config::StateMode::Required && !snapshot.missing.is_empty() {
                 return failed(format!("it could not read {}", snapshot.missing.join("; ")));
             }
             match crate::state::store(store.as_ref(), &task.directory, &snapshot).await {

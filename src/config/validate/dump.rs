@@ -27,6 +27,7 @@ pub(super) fn task(
     if raw.topic_refresh_secs.is_some() && raw.topic_regex.is_none() {
         cx.push(key("topic_refresh_secs"), "applies to topic_regex only: a topic list is watched by the consumer itself; remove it");
     }
+    let state = state(cx, k, raw);
     let cdc = raw.cdc.as_ref().map(|c| cdc_options(cx, k, c));
     if cdc.is_some() {
         cdc_fits(cx, k, kind, time_source);
@@ -48,7 +49,52 @@ pub(super) fn task(
         max_file_size,
         topic_refresh,
         allow_retention_gaps: raw.allow_retention_gaps.unwrap_or(false),
+        state: state?,
         cdc,
+    })
+}
+
+/// `state`, `state_interval_secs`, `groups_regex`: the task's cluster state snapshots.
+fn state(cx: &mut Ctx<'_>, k: &str, raw: &RawDumpTask) -> Option<StateSettings> {
+    let mode = cx.choice(
+        &format!("{k}.state"),
+        &raw.state,
+        StateMode::BestEffort,
+        |s| match s {
+            "best_effort" => Some(StateMode::BestEffort),
+            "required" => Some(StateMode::Required),
+            "off" => Some(StateMode::Off),
+            _ => None,
+        },
+        "\"best_effort\" (the default: what cannot be read is a warning), \"required\" (it fails the task) or \"off\"",
+    );
+    let secs = raw
+        .state_interval_secs
+        .unwrap_or(defaults::STATE_INTERVAL_SECS);
+    if !(60..=86_400).contains(&secs) {
+        cx.push(
+            format!("{k}.state_interval_secs"),
+            format!("{secs} is outside 60..=86400 seconds"),
+        );
+        return None;
+    }
+    let groups = match &raw.groups_regex {
+        None => None,
+        Some(r) => match regex::Regex::new(&format!("^(?:{r})$")) {
+            Ok(re) => Some(re),
+            Err(e) => {
+                cx.push(
+                    format!("{k}.groups_regex"),
+                    format!("is not a regular expression: {e}"),
+                );
+                return None;
+            }
+        },
+    };
+    Some(StateSettings {
+        mode,
+        interval: Duration::from_secs(secs),
+        groups,
     })
 }
 
