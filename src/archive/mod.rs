@@ -279,6 +279,46 @@ mod tests {
         }
     }
 
+    fn settings(text: &str, args: &LocationArgs) -> Settings {
+        let o = RestoreOverrides {
+            task: args.task.clone(),
+            source: args.source.clone(),
+            directory: args.directory.clone(),
+            ..RestoreOverrides::default()
+        };
+        let cfg = Config::restore_from_toml(text, "t.toml", &o, |_| None).unwrap();
+        Settings::of(&cfg, args.task.as_deref())
+    }
+
+    const TWO: &str = "[store]\nurl = \"file:///a\"\n[[tasks]]\nname = \"orders\"\ntopics = [\"o\"]\ndirectory = \"orders\"\n[[tasks]]\nname = \"audit\"\ntopics = [\"a\"]\ndirectory = \"audit\"\n";
+
+    #[test]
+    fn the_location_is_restores_and_the_group_the_task_writing_there() {
+        let task = |t: &str| LocationArgs {
+            task: Some(t.into()),
+            ..LocationArgs::default()
+        };
+        let s = settings(TWO, &task("audit"));
+        assert_eq!(s.directory.as_str(), "audit");
+        assert_eq!(s.group.map(|g| g.0), Some("audit".to_string()));
+        // A location given by flags: the task writing exactly there, if any.
+        let at = |dir: &str| LocationArgs {
+            source: Some("file:///a".into()),
+            directory: Some(dir.into()),
+            ..LocationArgs::default()
+        };
+        assert_eq!(
+            settings(TWO, &at("orders")).group.map(|g| g.0),
+            Some("orders".into())
+        );
+        assert_eq!(settings(TWO, &at("elsewhere")).group, None);
+        assert_eq!(
+            settings("", &at("orders")).group,
+            None,
+            "no file, no Kafka check"
+        );
+    }
+
     #[test]
     fn offsets_read_inclusive() {
         assert_eq!(offsets(0, 100), "0..99");
