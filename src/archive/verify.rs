@@ -150,7 +150,8 @@ struct Checked {
     records: u64,
     /// Against a checksum (else decode only).
     checksummed: bool,
-    /// The offset after the highest record offset decoded, when records carry offsets.
+    /// The offset after the highest record offset decoded (records without offsets: after the
+    /// first offset plus their count).
     end: Option<i64>,
     problem: Option<(ProblemKind, String)>,
 }
@@ -276,7 +277,13 @@ fn decode_and_check(
         }
     };
     let n = records.len() as u64;
-    let end = records.iter().filter_map(|r| r.offset).max().map(|o| o + 1);
+    // Records without offsets (text) are taken to follow each other from the first offset.
+    let end = records
+        .iter()
+        .filter_map(|r| r.offset)
+        .max()
+        .map(|o| o + 1)
+        .or_else(|| (n > 0).then(|| e.first + n as i64));
     if problem.is_none() {
         if let Some(s) = seal {
             let lossless = matches!(spec.kind, FormatKind::Jsonl | FormatKind::Parquet);
