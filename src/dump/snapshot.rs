@@ -155,6 +155,12 @@ fn topic_configs(
         })?;
     for (topic, r) in layout.keys().zip(described) {
         match r {
+            // rust-rdkafka 0.39 drops DescribeConfigs' per-resource errors and answers an
+            // empty list instead; a topic Kafka may describe always has entries (its defaults
+            // included), so an empty one is a refusal (TOPIC_AUTHORIZATION_FAILED).
+            Ok(resource) if resource.entries.is_empty() => missing.push(format!(
+                "the configs of topic {topic:?} (Kafka sent none: not authorized): allow DescribeConfigs on the topic (kafka-acls --add --allow-principal User:NAME --operation DescribeConfigs --topic {topic})"
+            )),
             Ok(resource) => {
                 let own: BTreeMap<String, String> = resource
                     .entries
@@ -221,6 +227,15 @@ fn group_offsets(
 ) -> Result<Vec<GroupState>, KafkaError> {
     if layout.is_empty() {
         return Ok(Vec::new());
+    }
+    // Without Describe on the cluster, Kafka's group list leaves out, without a word, every
+    // group the principal may not describe itself.
+    match crate::kafka::group_offsets::may_describe_cluster(reader, CALL) {
+        Ok(Some(false)) => missing.push(
+            "the list of every consumer group (Kafka lists only the groups this principal may describe): allow Describe on the cluster (kafka-acls --add --allow-principal User:NAME --operation Describe --cluster), or Describe on each group to record".into(),
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::debug!(error = %e, "the principal's rights on the cluster are unknown"),
     }
     let groups: Vec<String> = match reader.fetch_group_list(None, CALL) {
         Ok(list) => list
