@@ -62,8 +62,11 @@ fn full_example_parses_into_types() {
     let c = load(FULL).unwrap();
     assert_eq!(c.kafka.bootstrap_servers, vec!["k1:9092", "k2:9092"]);
     let sasl = c.kafka.sasl.as_ref().unwrap();
-    assert_eq!(sasl.mechanism, SaslMechanism::ScramSha512);
-    assert_eq!(sasl.password.expose(), "hunter2-kafka");
+    assert_eq!(sasl.mechanism(), SaslMechanism::ScramSha512);
+    let Sasl::Password { password, .. } = sasl else {
+        panic!("{sasl:?}")
+    };
+    assert_eq!(password.expose(), "hunter2-kafka");
     assert_eq!(c.kafka.properties["fetch.max.bytes"], "10485760");
     assert_eq!(
         c.store.url,
