@@ -4,10 +4,11 @@
 
 pub mod admin;
 pub mod group_offsets;
+pub mod msk_iam;
 pub mod refusal;
 pub mod source;
 
-use crate::config::KafkaConfig;
+use crate::config::{KafkaConfig, Sasl};
 use rdkafka::consumer::{Consumer, ConsumerContext};
 use rdkafka::error::KafkaResult;
 use rdkafka::{ClientConfig, TopicPartitionList};
@@ -33,11 +34,22 @@ pub enum KafkaError {
     Unreachable { servers: String, detail: String },
     #[error("topic {topic:?}: {detail}")]
     Topic { topic: String, detail: String },
-    #[error("Kafka at {servers} refused the login of {who}: {detail}; check the user name and password of this cluster's settings (and that the user exists for this mechanism)")]
+    #[error("Kafka at {servers} refused the login of {who}: {detail}; {fix}")]
     LoginRefused {
         servers: String,
         who: String,
         detail: String,
+        fix: &'static str,
+    },
+    /// No OAUTHBEARER token to log in with: the OIDC provider's token endpoint refused or
+    /// failed, or (AWS_MSK_IAM) no AWS credentials could sign one.
+    #[error("no login token for Kafka at {servers}: {source_of_tokens} gave none: {detail}; {fix}")]
+    NoToken {
+        servers: String,
+        /// `the OAuth token endpoint URL (client "id")` or `the AWS credentials of ...`.
+        source_of_tokens: String,
+        detail: String,
+        fix: &'static str,
     },
     #[error("TLS with Kafka at {servers} failed: {detail}; check that {ca} holds the CA that signed the brokers' certificates{client}")]
     Tls {
@@ -65,10 +77,38 @@ pub fn client_config(k: &KafkaConfig) -> ClientConfig {
         .set("client.id", &k.client_id)
         // librdkafka logs through our handler; keep its own chatter at warnings.
         .set("log_level", "4");
-    if let Some(s) = &k.sasl {
-        c.set("sasl.mechanism", s.mechanism.as_str())
-            .set("sasl.username", &s.username)
-            .set("sasl.password", s.password.expose());
+    match &k.sasl {
+        None => {}
+        Some(Sasl::Password {
+            mechanism,
+            username,
+            password,
+        }) => {
+            c.set("sasl.mechanism", mechanism.as_str())
+                .set("sasl.username", username)
+                .set("sasl.password", password.expose());
+        }
+        // librdkafka's own OIDC client: it fetches a token with the client credentials grant
+        // (HTTP Basic auth) and refreshes it at 80% of its life, on a thread of its own.
+        Some(Sasl::OAuthBearer(o)) => {
+            c.set("sasl.mechanism", "OAUTHBEARER")
+                .set("sasl.oauthbearer.method", "oidc")
+                .set("sasl.oauthbearer.token.endpoint.url", &o.token_endpoint)
+                .set("sasl.oauthbearer.client.id", &o.client_id)
+                .set("sasl.oauthbearer.client.secret", o.client_secret.expose());
+            if let Some(scope) = &o.scope {
+                c.set("sasl.oauthbearer.scope", scope);
+            }
+            if !o.extensions.is_empty() {
+                let e: Vec<String> = o.extensions.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                c.set("sasl.oauthbearer.extensions", e.join(","));
+            }
+        }
+        // Tokens come from the contexts' refresh hook (msk_iam), which this names the settings to.
+        Some(Sasl::AwsMskIam(m)) => {
+            c.set("sasl.mechanism", "OAUTHBEARER")
+                .set("sasl.oauthbearer.config", msk_iam::oauthbearer_config(m));
+        }
     }
     let tls = &k.tls;
     if let Some(p) = &tls.ca_location {
@@ -94,9 +134,13 @@ pub fn client_config(k: &KafkaConfig) -> ClientConfig {
 /// error log.
 pub type Reader = rdkafka::consumer::BaseConsumer<Watch>;
 
-/// Creates a [`Reader`] from client settings.
+/// Creates a [`Reader`] from client settings (with its login token at once, for AWS_MSK_IAM:
+/// readers make blocking calls before they poll).
 pub fn reader(c: &ClientConfig) -> rdkafka::error::KafkaResult<Reader> {
-    c.create_with_context(Watch::default())
+    let r: Reader = c.create_with_context(Watch::default())?;
+    msk_iam::prime(r.client(), c)
+        .map_err(|e| rdkafka::error::KafkaError::ClientCreation(e.to_string()))?;
+    Ok(r)
 }
 
 /// A client of consumer group `group` that never joins it: it reads the group's committed
