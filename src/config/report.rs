@@ -56,7 +56,11 @@ fn sasl(o: &mut String, s: &Sasl) {
                 let _ = write!(o, ", scope {scope:?}");
             }
             if !c.extensions.is_empty() {
-                let e: Vec<String> = c.extensions.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let e: Vec<String> = c
+                    .extensions
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
                 let _ = write!(o, ", extensions {}", e.join(","));
             }
         }

@@ -145,9 +145,8 @@ fn topic_configs(
     let admin: AdminClient<crate::kafka::Watch> = settings
         .create_with_context(crate::kafka::Watch::default())
         .map_err(client_err)?;
-    crate::kafka::msk_iam::prime(admin.inner(), &settings).map_err(|e| {
-        client_err(rdkafka::error::KafkaError::ClientCreation(e.to_string()))
-    })?;
+    crate::kafka::msk_iam::prime(admin.inner(), &settings)
+        .map_err(|e| client_err(rdkafka::error::KafkaError::ClientCreation(e.to_string())))?;
     let specs: Vec<ResourceSpecifier<'_>> = layout
         .keys()
         .map(|t| ResourceSpecifier::Topic(t.as_str()))

@@ -43,7 +43,9 @@ pub enum KafkaError {
     },
     /// No OAUTHBEARER token to log in with: the OIDC provider's token endpoint refused or
     /// failed, or (AWS_MSK_IAM) no AWS credentials could sign one.
-    #[error("no login token for Kafka at {servers}: {source_of_tokens} gave none: {detail}; {fix}")]
+    #[error(
+        "no login token for Kafka at {servers}: {source_of_tokens} gave none: {detail}; {fix}"
+    )]
     NoToken {
         servers: String,
         /// `the OAuth token endpoint URL (client "id")` or `the AWS credentials of ...`.
@@ -100,7 +102,11 @@ pub fn client_config(k: &KafkaConfig) -> ClientConfig {
                 c.set("sasl.oauthbearer.scope", scope);
             }
             if !o.extensions.is_empty() {
-                let e: Vec<String> = o.extensions.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                let e: Vec<String> = o
+                    .extensions
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
                 c.set("sasl.oauthbearer.extensions", e.join(","));
             }
         }
@@ -217,6 +223,66 @@ pub fn servers(k: &KafkaConfig) -> String {
 mod tests {
     use super::*;
     use crate::config::Config;
+
+    #[test]
+    fn oauthbearer_settings_reach_librdkafkas_oidc_client() {
+        let c = Config::from_toml(
+            r#"[kafka]
+security_protocol = "SASL_SSL"
+sasl_mechanism = "OAUTHBEARER"
+oauth_token_endpoint = "https://idp.example.com/token"
+oauth_client_id = "strata"
+oauth_client_secret = "${SECRET}"
+oauth_scope = "kafka read"
+oauth_extensions = { logicalCluster = "lkc-1", identityPoolId = "pool-2" }
+"#,
+            "t",
+            |k| (k == "SECRET").then(|| "s3cr3t".to_string()),
+        )
+        .unwrap();
+        let cc = client_config(&c.kafka);
+        assert_eq!(cc.get("sasl.mechanism"), Some("OAUTHBEARER"));
+        assert_eq!(cc.get("sasl.oauthbearer.method"), Some("oidc"));
+        assert_eq!(
+            cc.get("sasl.oauthbearer.token.endpoint.url"),
+            Some("https://idp.example.com/token")
+        );
+        assert_eq!(cc.get("sasl.oauthbearer.client.id"), Some("strata"));
+        assert_eq!(cc.get("sasl.oauthbearer.client.secret"), Some("s3cr3t"));
+        assert_eq!(cc.get("sasl.oauthbearer.scope"), Some("kafka read"));
+        assert_eq!(
+            cc.get("sasl.oauthbearer.extensions"),
+            Some("identityPoolId=pool-2,logicalCluster=lkc-1")
+        );
+        assert_eq!(cc.get("sasl.username"), None);
+        // librdkafka accepts the whole set (it checks OIDC settings when a client is made).
+        let r: Result<rdkafka::consumer::BaseConsumer, _> = cc.create();
+        assert!(r.is_ok(), "{:?}", r.err());
+    }
+
+    #[test]
+    fn aws_msk_iam_names_its_settings_for_the_token_hook() {
+        let c = Config::from_toml(
+            "[kafka]\nsecurity_protocol = \"SASL_SSL\"\nsasl_mechanism = \"AWS_MSK_IAM\"\naws_region = \"eu-west-1\"\n",
+            "t",
+            |_| None,
+        )
+        .unwrap();
+        let cc = client_config(&c.kafka);
+        assert_eq!(cc.get("sasl.mechanism"), Some("OAUTHBEARER"));
+        assert_eq!(
+            cc.get("sasl.oauthbearer.method"),
+            None,
+            "tokens come from strata"
+        );
+        let Some(crate::config::Sasl::AwsMskIam(m)) = &c.kafka.sasl else {
+            panic!("{:?}", c.kafka.sasl)
+        };
+        assert_eq!(
+            cc.get("sasl.oauthbearer.config"),
+            Some(msk_iam::oauthbearer_config(m).as_str())
+        );
+    }
 
     #[test]
     fn sasl_and_extra_properties_reach_librdkafka() {

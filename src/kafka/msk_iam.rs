@@ -279,9 +279,9 @@ async fn load(m: MskIam) -> Result<Signer, MskIamError> {
         .load()
         .await;
     let region = conf.region().ok_or(MskIamError::NoRegion)?.to_string();
-    let chain = conf.credentials_provider().ok_or_else(|| {
-        MskIamError::Credentials("the AWS SDK set up no credential chain".into())
-    })?;
+    let chain = conf
+        .credentials_provider()
+        .ok_or_else(|| MskIamError::Credentials("the AWS SDK set up no credential chain".into()))?;
     let credentials = match &m.role {
         None => chain,
         Some(role) => SharedCredentialsProvider::new(
@@ -465,7 +465,11 @@ mod tests {
         q.split('&')
             .map(|kv| {
                 let (k, v) = kv.split_once('=').unwrap();
-                let dec = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
+                let dec = |s: &str| {
+                    percent_encoding::percent_decode_str(s)
+                        .decode_utf8_lossy()
+                        .into_owned()
+                };
                 (dec(k), dec(v))
             })
             .collect()
@@ -499,7 +503,12 @@ mod tests {
             canonical_query.join("&"),
             hex(&Sha256::digest(b""))
         );
-        let date = params.iter().find(|(k, _)| k == "X-Amz-Date").unwrap().1.clone();
+        let date = params
+            .iter()
+            .find(|(k, _)| k == "X-Amz-Date")
+            .unwrap()
+            .1
+            .clone();
         let day = &date[..8];
         let scope = format!("{day}/{region}/kafka-cluster/aws4_request");
         let to_sign = format!(
@@ -526,7 +535,9 @@ mod tests {
         );
         let url = url_of(&t);
         assert!(
-            url.starts_with("https://kafka.eu-west-1.amazonaws.com/?Action=kafka-cluster%3AConnect&"),
+            url.starts_with(
+                "https://kafka.eu-west-1.amazonaws.com/?Action=kafka-cluster%3AConnect&"
+            ),
             "{url}"
         );
         let q: HashMap<String, String> = query(&url).into_iter().collect();
@@ -540,10 +551,17 @@ mod tests {
         assert_eq!(q["X-Amz-Expires"], "900");
         assert_eq!(q["X-Amz-SignedHeaders"], "host");
         assert!(!q.contains_key("X-Amz-Security-Token"));
-        assert_eq!(q["User-Agent"], concat!("strata/", env!("CARGO_PKG_VERSION")));
+        assert_eq!(
+            q["User-Agent"],
+            concat!("strata/", env!("CARGO_PKG_VERSION"))
+        );
         assert_eq!(
             q["X-Amz-Signature"],
-            expected_signature(&url, "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "eu-west-1")
+            expected_signature(
+                &url,
+                "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+                "eu-west-1"
+            )
         );
         assert_eq!(t.signed_at, at());
         assert_eq!(t.expires_at, at() + TOKEN_LIFETIME);
@@ -565,7 +583,11 @@ mod tests {
         assert_eq!(q["X-Amz-Security-Token"], session, "{url}");
         assert_eq!(
             q["X-Amz-Signature"],
-            expected_signature(&url, "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "us-east-1"),
+            expected_signature(
+                &url,
+                "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY",
+                "us-east-1"
+            ),
             "the session token is part of what is signed"
         );
         assert_eq!(t.expires_at, soon, "never past the credentials");

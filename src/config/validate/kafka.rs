@@ -183,8 +183,16 @@ fn protocol(cx: &mut Ctx<'_>, key: &str, raw: &Option<String>) -> SecurityProtoc
 
 /// The keys of each kind of SASL login, and the mechanisms that take them.
 const LOGIN_KEYS: [(&str, Takes, &str); 9] = [
-    ("username", SaslMechanism::uses_password, PASSWORD_MECHANISMS),
-    ("password", SaslMechanism::uses_password, PASSWORD_MECHANISMS),
+    (
+        "username",
+        SaslMechanism::uses_password,
+        PASSWORD_MECHANISMS,
+    ),
+    (
+        "password",
+        SaslMechanism::uses_password,
+        PASSWORD_MECHANISMS,
+    ),
     ("oauth_token_endpoint", is_oauth, "OAUTHBEARER"),
     ("oauth_client_id", is_oauth, "OAUTHBEARER"),
     ("oauth_client_secret", is_oauth, "OAUTHBEARER"),
@@ -232,20 +240,32 @@ fn sasl(cx: &mut Ctx<'_>, table: &str, raw: &RawKafka, protocol: SecurityProtoco
     if !protocol.uses_sasl() {
         let set = std::iter::once("sasl_mechanism")
             .filter(|_| raw.sasl_mechanism.is_some())
-            .chain(LOGIN_KEYS.iter().map(|(k, ..)| *k).filter(|k| login_key_set(raw, k)));
+            .chain(
+                LOGIN_KEYS
+                    .iter()
+                    .map(|(k, ..)| *k)
+                    .filter(|k| login_key_set(raw, k)),
+            );
         for k in set.collect::<Vec<_>>() {
             cx.push(key(k), format!("is set but security_protocol is \"{}\"; use SASL_PLAINTEXT or SASL_SSL, or remove it", protocol.as_str()));
         }
         return None;
     }
     if raw.sasl_mechanism.is_none() {
+        let with = format!("security_protocol = \"{}\"", protocol.as_str());
         cx.push(
             key("sasl_mechanism"),
-            format!(
-                "is required with security_protocol = \"{}\"; set {MECHANISMS}",
-                protocol.as_str()
-            ),
+            format!("is required with {with}; set {MECHANISMS}"),
         );
+        // Most logins are a user and a password: name what else they lack, unless the keys
+        // set show another kind of login.
+        let other_kind = LOGIN_KEYS
+            .iter()
+            .any(|(k, takes, _)| !takes(SaslMechanism::Plain) && login_key_set(raw, k));
+        if !other_kind {
+            password_login(cx, table, raw, SaslMechanism::Plain, &with);
+        }
+        return None;
     }
     let mechanism = mechanism?;
     for (k, takes, which) in LOGIN_KEYS {
@@ -262,7 +282,13 @@ fn sasl(cx: &mut Ctx<'_>, table: &str, raw: &RawKafka, protocol: SecurityProtoco
     match mechanism {
         SaslMechanism::OAuthBearer => oauth_client(cx, table, raw).map(Sasl::OAuthBearer),
         SaslMechanism::AwsMskIam => Some(Sasl::AwsMskIam(msk_iam(cx, table, raw, protocol))),
-        _ => password_login(cx, table, raw, mechanism),
+        _ => password_login(
+            cx,
+            table,
+            raw,
+            mechanism,
+            &format!("sasl_mechanism = \"{}\"", mechanism.as_str()),
+        ),
     }
 }
 
@@ -276,7 +302,7 @@ fn mechanism(cx: &mut Ctx<'_>, key: &str, raw: &Option<String>) -> Option<SaslMe
         "OAUTHBEARER" => SaslMechanism::OAuthBearer,
         "AWS_MSK_IAM" => SaslMechanism::AwsMskIam,
         "GSSAPI" => {
-            cx.push(key, "GSSAPI (Kerberos) is not supported: strata's Kafka client is built without Kerberos; use SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM (docs/configuration.md, Kafka credentials)");
+            cx.push(key, "GSSAPI (Kerberos) is not supported: strata's Kafka client is built without Kerberos; use SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM (docs/configuration.md, Kafka)");
             return None;
         }
         _ => {
@@ -287,25 +313,26 @@ fn mechanism(cx: &mut Ctx<'_>, key: &str, raw: &Option<String>) -> Option<SaslMe
     Some(m)
 }
 
-/// PLAIN and SCRAM: a user name and its password, both required.
+/// PLAIN and SCRAM: a user name and its password, both required (by `required_by`, a setting).
 fn password_login(
     cx: &mut Ctx<'_>,
     table: &str,
     raw: &RawKafka,
     mechanism: SaslMechanism,
+    required_by: &str,
 ) -> Option<Sasl> {
     let key = |k: &str| format!("{table}.{k}");
     let username = cx.text(&key("username"), &raw.username);
     let password = cx.secret(&key("password"), &raw.password);
-    let with = format!(
-        "is required with sasl_mechanism = \"{}\"",
-        mechanism.as_str()
-    );
+    let with = format!("is required with {required_by}");
     if username.as_deref().unwrap_or_default().is_empty() {
         cx.push(key("username"), with.clone());
     }
     if raw.password.is_none() {
-        cx.push(key("password"), format!("{with}; use password = \"${{KAFKA_PASSWORD}}\" to keep it out of the file"));
+        cx.push(
+            key("password"),
+            format!("{with}; use password = \"${{KAFKA_PASSWORD}}\" to keep it out of the file"),
+        );
     }
     Some(Sasl::Password {
         mechanism,

@@ -140,9 +140,8 @@ fn consumer(k: &KafkaConfig, s: &Settings) -> Result<BaseConsumer<SourceContext>
     };
     let consumer: BaseConsumer<SourceContext> = c.create_with_context(cx).map_err(client_err)?;
     // AWS_MSK_IAM: a token before the first blocking call (the poll loop refreshes it later).
-    crate::kafka::msk_iam::prime(consumer.client(), &c).map_err(|e| {
-        client_err(rdkafka::error::KafkaError::ClientCreation(e.to_string()))
-    })?;
+    crate::kafka::msk_iam::prime(consumer.client(), &c)
+        .map_err(|e| client_err(rdkafka::error::KafkaError::ClientCreation(e.to_string())))?;
     Ok(consumer)
 }
 
