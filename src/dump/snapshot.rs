@@ -137,12 +137,16 @@ fn topic_configs(
     if layout.is_empty() {
         return Ok(out);
     }
-    let admin: AdminClient<crate::kafka::Watch> = crate::kafka::client_config(k)
+    let settings = crate::kafka::client_config(k);
+    let client_err = |source| KafkaError::Client {
+        servers: servers(k),
+        source,
+    };
+    let admin: AdminClient<crate::kafka::Watch> = settings
         .create_with_context(crate::kafka::Watch::default())
-        .map_err(|source| KafkaError::Client {
-            servers: servers(k),
-            source,
-        })?;
+        .map_err(client_err)?;
+    crate::kafka::msk_iam::prime(admin.inner(), &settings)
+        .map_err(|e| client_err(rdkafka::error::KafkaError::ClientCreation(e.to_string())))?;
     let specs: Vec<ResourceSpecifier<'_>> = layout
         .keys()
         .map(|t| ResourceSpecifier::Topic(t.as_str()))
