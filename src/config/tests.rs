@@ -1091,3 +1091,37 @@ fn a_dump_tasks_state_snapshots_are_configured_and_checked() {
         assert!(keys.contains(&key), "{key}: {found:#?}");
     }
 }
+
+#[test]
+fn secrets_come_from_files_named_in_the_report_by_path_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let pw = dir.path().join("kafka-password");
+    std::fs::write(&pw, "from-a-file-pw\n").unwrap();
+    let text = format!(
+        "[kafka]\nsecurity_protocol = \"SASL_PLAINTEXT\"\nsasl_mechanism = \"PLAIN\"\nusername = \"strata\"\npassword = \"${{file:{}}}\"\n",
+        pw.display()
+    );
+    let c = load(&text).unwrap();
+    let sasl = c.kafka.sasl.as_ref().unwrap();
+    assert_eq!(sasl.password.expose(), "from-a-file-pw");
+    let report = render_report("test.toml", &c, None);
+    assert!(
+        report.contains(&format!("password <set, from file {}>", pw.display())),
+        "{report}"
+    );
+    assert!(!report.contains("from-a-file-pw"), "{report}");
+    assert!(!format!("{c:?}").contains("from-a-file-pw"));
+
+    // A file that cannot be read: an issue naming the key and the path, not the content.
+    let missing = dir.path().join("nope");
+    let found = issues(&format!(
+        "[store]\naccess_key = \"${{S3_ACCESS_KEY}}\"\nsecret_key = \"${{file:{}}}\"\n",
+        missing.display()
+    ));
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0].key, "store.secret_key");
+    assert!(
+        found[0].message.contains(&missing.display().to_string()),
+        "{found:#?}"
+    );
+}

@@ -87,11 +87,11 @@ impl Ctx<'_> {
 
     fn secret(&mut self, key: &str, v: &Option<String>) -> Option<Secret> {
         let raw = v.as_ref()?;
-        let vars = secret::variables(raw);
-        let origin = if vars.is_empty() {
+        let sources = secret::sources(raw);
+        let origin = if sources.is_empty() {
             "inline".to_string()
         } else {
-            format!("from ${{{}}}", vars.join("}, ${"))
+            format!("from {}", sources.join(", "))
         };
         self.text(key, v).map(|s| Secret::new(s, origin))
     }
