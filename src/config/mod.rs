@@ -33,7 +33,7 @@ pub use restore::{Partitioning, RestoreConfig, TopicNaming, BROKER_DEFAULT_REPLI
 pub use s3_options::{AssumeRole, CannedAcl, ObjectOptions, Sse, StorageClass};
 pub use secret::{expand, ExpandError, Secret};
 pub use store::{Credentials, RegionSource, S3Region, S3Settings, StoreConfig, StoreUrl};
-pub use task::{StartOffset, TaskName, TopicSelector};
+pub use task::{StartOffset, TaskName, TaskTopics, TopicSelector};
 pub use tier::{TierConfig, TierTls};
 
 use crate::layout::DumpDir;

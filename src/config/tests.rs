@@ -1125,3 +1125,81 @@ fn secrets_come_from_files_named_in_the_report_by_path_only() {
         "{found:#?}"
     );
 }
+
+#[test]
+fn exclude_topics_leave_out_what_topics_or_topic_regex_select() {
+    let c = load(
+        "[[tasks]]\nname = \"orders-but-tmp\"\ntopic_regex = 'orders\\..+'\nexclude_topics = ['.*\\.tmp', 'orders\\.test-.*']\n",
+    )
+    .unwrap();
+    let t = &c.tasks[0].topics;
+    assert!(t.matches("orders.eu"));
+    for out in ["orders.eu.tmp", "orders.test-1", "payments.eu"] {
+        assert!(!t.matches(out), "{out}");
+    }
+    // Whole names: an exclusion matching part of a name leaves it in.
+    assert!(t.matches("orders.tmpfiles"));
+    assert_eq!(t.listed(), None);
+    assert_eq!(
+        t.to_string(),
+        "/orders\\..+/ except /.*\\.tmp/, /orders\\.test-.*/"
+    );
+    let report = render_report("test.toml", &c, None);
+    assert!(
+        report
+            .contains("orders-but-tmp: topics /orders\\..+/ except /.*\\.tmp/, /orders\\.test-.*/"),
+        "{report}"
+    );
+
+    // A list minus its exclusions.
+    let c = load("[[tasks]]\nname = \"listed\"\ntopics = [\"a\", \"a.tmp\", \"b\"]\nexclude_topics = ['.*\\.tmp']\n").unwrap();
+    assert_eq!(
+        c.tasks[0].topics.listed(),
+        Some(vec!["a".to_string(), "b".to_string()])
+    );
+
+    // Replicate tasks take them too.
+    let c = load(&replicate("exclude_topics = ['.*\\.tmp']", "")).unwrap();
+    assert!(c.replicate[0].topics.matches("orders"));
+    assert_eq!(c.replicate[0].topics.exclude.len(), 1);
+    let report = render_report("test.toml", &c, None);
+    assert!(
+        report.contains("mirror (replicate pull, local \"local\", peer \"east\" at peer:9094 (SASL_PLAINTEXT)): topics [orders] except /.*\\.tmp/"),
+        "{report}"
+    );
+}
+
+#[test]
+fn exclude_topics_that_leave_nothing_or_do_not_compile_are_refused() {
+    let found = issues(
+        "[[tasks]]\nname = \"nothing\"\ntopics = [\"a.tmp\", \"b.tmp\"]\nexclude_topics = ['.*\\.tmp']\n",
+    );
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        has(
+            &found,
+            "tasks[0].exclude_topics",
+            "leaves out every topic of topics (a.tmp, b.tmp)"
+        ),
+        "{found:#?}"
+    );
+    let found = issues(&replicate("exclude_topics = ['orders']", ""));
+    assert!(
+        has(&found, "tasks[0].exclude_topics", "leaves out every topic"),
+        "{found:#?}"
+    );
+    let found =
+        issues("[[tasks]]\nname = \"badre\"\ntopic_regex = 'a.*'\nexclude_topics = ['ok', 'x(']\n");
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        has(
+            &found,
+            "tasks[0].exclude_topics",
+            "\"x(\" is not a valid regular expression"
+        ),
+        "{found:#?}"
+    );
+    // Two tasks writing the same place overlap only on topics both still read.
+    let apart = "[[tasks]]\nname = \"one-a\"\ntopics = [\"a\", \"b\"]\nexclude_topics = ['b']\n[[tasks]]\nname = \"two-b\"\ntopics = [\"a\", \"b\"]\nexclude_topics = ['a']\n";
+    assert!(load(apart).is_ok());
+}

@@ -9,7 +9,7 @@ use super::requests::Control;
 use super::sequencer::{PartitionFlags, UploadContext};
 use super::writer::ToWriter;
 use super::{DumpError, DumpOptions, Metrics, Tp};
-use crate::config::{DumpTask, KafkaConfig, TopicSelector};
+use crate::config::{DumpTask, KafkaConfig};
 use crate::kafka::source::{offset_of, Admit, Batch, Sink, Source};
 use crate::kafka::{refusal, KafkaError, Reader};
 use rdkafka::consumer::{CommitMode, Consumer};
@@ -364,9 +364,9 @@ impl DumpSink {
         }
         self.next_refresh = Instant::now() + self.task.topic_refresh;
         let c = src.consumer();
-        let wanted: Vec<String> = match &self.task.topics {
-            TopicSelector::List(l) => l.clone(),
-            TopicSelector::Regex(_) => {
+        let wanted: Vec<String> = match self.task.topics.listed() {
+            Some(l) => l,
+            None => {
                 let md = match c.fetch_metadata(None, Duration::from_secs(10)) {
                     Ok(md) => md,
                     Err(e) if !first => {

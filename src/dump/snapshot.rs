@@ -7,7 +7,7 @@
 //! requires the state.
 
 use super::Tp;
-use crate::config::{KafkaConfig, TopicSelector};
+use crate::config::{KafkaConfig, TaskTopics};
 use crate::kafka::{servers, KafkaError};
 use crate::state::{GroupState, Occasion, Snapshot, TopicState, VERSION};
 use rdkafka::admin::{AdminClient, AdminOptions, ConfigSource, ResourceSpecifier};
@@ -51,7 +51,7 @@ type Layout = BTreeMap<String, (i32, i32)>;
 pub fn capture(
     k: &KafkaConfig,
     task: &str,
-    selector: &TopicSelector,
+    selector: &TaskTopics,
     groups: &GroupFilter,
     occasion: Occasion,
 ) -> Result<Snapshot, KafkaError> {

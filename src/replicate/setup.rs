@@ -9,7 +9,7 @@ use super::mm2::OffsetSync;
 use super::naming::{is_cycle, never_replicated, target_topic, FlowNames};
 use super::positions::{self, position_key, Positions, PARAMS_KEY};
 use super::{off_thread, topics, ReplicateError, ReplicateOptions, Summary};
-use crate::config::{KafkaConfig, ReplicateTask, StartOffset, TargetNaming, TopicSelector};
+use crate::config::{KafkaConfig, ReplicateTask, StartOffset, TargetNaming, TaskTopics};
 use crate::fatal::Fatal;
 use crate::kafka::Reader;
 use crate::kafka::Tp;
@@ -328,7 +328,7 @@ pub(super) fn classify(task: &str, alias: &str, k: &KafkaConfig, e: KafkaError) 
 
 /// The source topics a task copies now, each with its target name (pure over the topic list).
 pub(super) fn select(
-    selector: &TopicSelector,
+    selector: &TaskTopics,
     naming: &TargetNaming,
     names: &FlowNames,
     listed: &[(String, i32)],
@@ -663,7 +663,7 @@ impl Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Alias;
+    use crate::config::{Alias, TopicSelector};
 
     fn names() -> FlowNames {
         FlowNames {
@@ -683,7 +683,7 @@ mod tests {
             ("west.orders".to_string(), 3),
             ("clicks".to_string(), 1),
         ];
-        let all = TopicSelector::Regex(regex::Regex::new("^(?:.*)$").unwrap());
+        let all = TaskTopics::all(TopicSelector::Regex(regex::Regex::new("^(?:.*)$").unwrap()));
         let got = select(&all, &TargetNaming::Rename, &names(), &listed);
         let pairs: Vec<(&str, &str)> = got
             .iter()
@@ -699,7 +699,7 @@ mod tests {
         assert!(got
             .iter()
             .any(|r| r.source == "west.orders" && r.target == "west.orders"));
-        let list = TopicSelector::List(vec!["orders".into()]);
+        let list = TaskTopics::all(TopicSelector::List(vec!["orders".into()]));
         let got = select(&list, &TargetNaming::Identity, &names(), &listed);
         assert_eq!(
             got,
@@ -709,6 +709,14 @@ mod tests {
                 partitions: 3
             }]
         );
+        // Exclusions leave out what the selection matched.
+        let but_orders = TaskTopics {
+            exclude: vec![regex::Regex::new("^(?:ord.*)$").unwrap()],
+            ..all
+        };
+        let got = select(&but_orders, &TargetNaming::Identity, &names(), &listed);
+        let sources: Vec<&str> = got.iter().map(|r| r.source.as_str()).collect();
+        assert_eq!(sources, ["clicks", "west.orders"]);
     }
 
     #[test]

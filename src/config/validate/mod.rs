@@ -357,6 +357,47 @@ fn topic_selector(
     }
 }
 
+/// A dump or replicate task's `topics` or `topic_regex`, minus `exclude_topics`.
+fn task_topics(
+    cx: &mut Ctx<'_>,
+    k: &str,
+    list: &Option<Vec<String>>,
+    regex: &Option<String>,
+    exclude: &Option<Vec<String>>,
+) -> Option<TaskTopics> {
+    let select = topic_selector(cx, k, list, regex, true);
+    let key = format!("{k}.exclude_topics");
+    let mut patterns = Vec::new();
+    for r in exclude.iter().flatten() {
+        match regex::Regex::new(&format!("^(?:{r})$")) {
+            Ok(re) => patterns.push(re),
+            Err(e) => {
+                let detail = e.to_string().lines().last().unwrap_or_default().to_string();
+                cx.push(
+                    &key,
+                    format!("{r:?} is not a valid regular expression ({detail})"),
+                );
+            }
+        }
+    }
+    let topics = TaskTopics {
+        select: select?,
+        exclude: patterns,
+    };
+    if let (Some(left), TopicSelector::List(all)) = (topics.listed(), &topics.select) {
+        if left.is_empty() && !all.is_empty() {
+            cx.push(
+                key,
+                format!(
+                    "leaves out every topic of topics ({}): the task would read nothing; remove the exclusion or the topics it matches",
+                    all.join(", ")
+                ),
+            );
+        }
+    }
+    Some(topics)
+}
+
 /// A directory of the archive (`directory`, `tier.prefix`), `default` when unset.
 fn dump_dir(
     cx: &mut Ctx<'_>,
