@@ -7,7 +7,7 @@
 //! requires the state.
 
 use super::Tp;
-use crate::config::{KafkaConfig, TaskTopics};
+use crate::config::{ClientKind, KafkaConfig, TaskTopics};
 use crate::kafka::{servers, KafkaError};
 use crate::state::{GroupState, Occasion, Snapshot, TopicState, VERSION};
 use rdkafka::admin::{AdminClient, AdminOptions, ConfigSource, ResourceSpecifier};
@@ -57,7 +57,8 @@ pub fn capture(
 ) -> Result<Snapshot, KafkaError> {
     let captured_at = chrono::Utc::now();
     let reader = crate::kafka::reader(
-        crate::kafka::client_config(k).set("isolation.level", "read_committed"),
+        crate::kafka::client_config(k, ClientKind::Consumer)
+            .set("isolation.level", "read_committed"),
     )
     .map_err(|source| KafkaError::Client {
         servers: servers(k),
@@ -137,7 +138,7 @@ fn topic_configs(
     if layout.is_empty() {
         return Ok(out);
     }
-    let admin: AdminClient<crate::kafka::Watch> = crate::kafka::client_config(k)
+    let admin: AdminClient<crate::kafka::Watch> = crate::kafka::client_config(k, ClientKind::Admin)
         .create_with_context(crate::kafka::Watch::default())
         .map_err(|source| KafkaError::Client {
             servers: servers(k),

@@ -7,7 +7,7 @@ pub mod group_offsets;
 pub mod refusal;
 pub mod source;
 
-use crate::config::KafkaConfig;
+use crate::config::{ClientKind, KafkaConfig};
 use rdkafka::consumer::{Consumer, ConsumerContext};
 use rdkafka::error::KafkaResult;
 use rdkafka::{ClientConfig, TopicPartitionList};
@@ -54,8 +54,10 @@ pub enum KafkaError {
     },
 }
 
-/// librdkafka settings shared by every client strata creates.
-pub fn client_config(k: &KafkaConfig) -> ClientConfig {
+/// librdkafka settings of a client of `kind`: what every client shares, and the user's
+/// properties for that kind ([`KafkaConfig::properties_for`]). A mode that sets its own settings
+/// after these and wants the user's to win applies `properties_for` again after them.
+pub fn client_config(k: &KafkaConfig, kind: ClientKind) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", k.bootstrap_servers.join(","))
         .set(
@@ -83,7 +85,7 @@ pub fn client_config(k: &KafkaConfig) -> ClientConfig {
     if let Some(p) = &tls.key_password {
         c.set("ssl.key.password", p.expose());
     }
-    for (key, value) in &k.properties {
+    for (key, value) in k.properties_for(kind) {
         c.set(key, value);
     }
     c
@@ -104,7 +106,7 @@ pub fn reader(c: &ClientConfig) -> rdkafka::error::KafkaResult<Reader> {
 /// behind its JoinGroup, which the coordinator holds while the group rebalances (up to a dead
 /// member's session timeout), so the member itself cannot ask meanwhile.
 pub fn group_reader(k: &KafkaConfig, group: &str) -> Result<Reader, KafkaError> {
-    let mut c = client_config(k);
+    let mut c = client_config(k, ClientKind::Consumer);
     c.set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false");
@@ -191,7 +193,7 @@ ssl_ca_location = "/ca.pem"
             |k| (k == "PW").then(|| "pw".to_string()),
         )
         .unwrap();
-        let cc = client_config(&c.kafka);
+        let cc = client_config(&c.kafka, ClientKind::Consumer);
         assert_eq!(cc.get("bootstrap.servers"), Some("a:1,b:2"));
         assert_eq!(cc.get("security.protocol"), Some("sasl_ssl"));
         assert_eq!(cc.get("sasl.mechanism"), Some("SCRAM-SHA-256"));

@@ -9,7 +9,9 @@ use super::mm2::OffsetSync;
 use super::naming::{is_cycle, never_replicated, target_topic, FlowNames};
 use super::positions::{self, position_key, Positions, PARAMS_KEY};
 use super::{off_thread, topics, ReplicateError, ReplicateOptions, Summary};
-use crate::config::{KafkaConfig, ReplicateTask, StartOffset, TargetNaming, TaskTopics};
+use crate::config::{
+    ClientKind, KafkaConfig, ReplicateTask, StartOffset, TargetNaming, TaskTopics,
+};
 use crate::fatal::Fatal;
 use crate::kafka::Reader;
 use crate::kafka::Tp;
@@ -228,7 +230,7 @@ impl FlowSetup {
 
     /// A consumer of the target that reads only committed records (for the positions topic).
     pub fn positions_reader(&self) -> Result<Reader, ReplicateError> {
-        let mut c = client_config(&self.target);
+        let mut c = client_config(&self.target, ClientKind::Consumer);
         c.set("isolation.level", "read_committed")
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "true")
@@ -243,12 +245,14 @@ impl FlowSetup {
 
     /// Where a partition with no stored position starts.
     pub fn start_offset(&self, tp: &Tp) -> Result<i64, ReplicateError> {
-        let c = crate::kafka::reader(&client_config(&self.source)).map_err(|source| {
-            ReplicateError::Kafka(KafkaError::Client {
-                servers: servers(&self.source),
-                source,
-            })
-        })?;
+        let c = crate::kafka::reader(&client_config(&self.source, ClientKind::Consumer)).map_err(
+            |source| {
+                ReplicateError::Kafka(KafkaError::Client {
+                    servers: servers(&self.source),
+                    source,
+                })
+            },
+        )?;
         let (low, high) = c
             .fetch_watermarks(&tp.topic, tp.partition, Duration::from_secs(30))
             .map_err(|e| {
@@ -417,7 +421,7 @@ pub(super) fn params_diff(stored: &str, now: &str) -> Vec<String> {
 /// A read_committed reader of the flow's target (positions, and whether a partition holds
 /// records).
 fn target_reader(target: &KafkaConfig, names: &FlowNames) -> Result<Reader, KafkaError> {
-    let mut rc = client_config(target);
+    let mut rc = client_config(target, ClientKind::Consumer);
     rc.set("isolation.level", "read_committed")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
@@ -577,7 +581,7 @@ impl OffsetSyncs {
     fn new(k: &KafkaConfig, topic: String, task: &str, flow: &str) -> Result<Self, ReplicateError> {
         // Idempotent: a retried batch must not land after later syncs (a sync below the newest
         // reads as a rewind of the source and voids the history before it).
-        let producer = client_config(k)
+        let producer = client_config(k, ClientKind::Producer)
             .set("acks", "all")
             .set("enable.idempotence", "true")
             .set("linger.ms", "20")

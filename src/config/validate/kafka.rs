@@ -243,7 +243,8 @@ fn tls(cx: &mut Ctx<'_>, table: &str, raw: &RawKafka, protocol: SecurityProtocol
     tls
 }
 
-/// `[<table>.properties]`: extra librdkafka properties as strings, strata's own refused.
+/// `[<table>.properties]`: extra librdkafka properties as strings, strata's own refused, with
+/// or without a client kind's prefix (`consumer.isolation.level` like `isolation.level`).
 fn properties(
     cx: &mut Ctx<'_>,
     table: &str,
@@ -253,7 +254,22 @@ fn properties(
     let mut properties = BTreeMap::new();
     for (k, v) in raw {
         let pkey = format!("{table}.properties.\"{k}\"");
-        if let Some(why) = refused_property(k, clients) {
+        let name = match ClientKind::of_key(k) {
+            Some((kind, "")) => {
+                cx.push(
+                    pkey,
+                    format!(
+                        "names no property after \"{}\"; write e.g. \"{}fetch.min.bytes\"",
+                        kind.prefix(),
+                        kind.prefix()
+                    ),
+                );
+                continue;
+            }
+            Some((_, name)) => name,
+            None => k.as_str(),
+        };
+        if let Some(why) = refused_property(name, clients) {
             cx.push(pkey, why);
             continue;
         }
