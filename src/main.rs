@@ -120,6 +120,9 @@ enum Command {
     },
     /// Replay archived objects back into Kafka (flags override the config file).
     Restore(Box<RestoreArgs>),
+    /// List, verify or prune what dump archived (S3 or file://).
+    #[command(subcommand)]
+    Archive(ArchiveCommand),
     /// Serve the Kafka tiered-storage bridge (RemoteStorageManager) on this host.
     Tier {
         #[arg(long, short)]
@@ -203,6 +206,104 @@ struct RestoreArgs {
     /// Exactly once: one Kafka transaction per object, progress markers in the target cluster.
     #[arg(long)]
     exactly_once: bool,
+}
+
+/// `strata archive` commands.
+#[derive(Subcommand)]
+enum ArchiveCommand {
+    /// Per topic and partition: archived offset ranges, what lies between them and why, objects,
+    /// records, bytes and record times; the state snapshots. Reads no archive object.
+    Ls {
+        #[command(flatten)]
+        at: ArchiveAt,
+        /// Also one line per object.
+        #[arg(long)]
+        objects: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read every object (or a sample) end to end: size and CRC-32C against its seal, every
+    /// record decoded; coverage against the state snapshots. Exit 1 naming each problem.
+    Verify {
+        #[command(flatten)]
+        at: ArchiveAt,
+        /// Read only this share of the objects (0-100), the same ones every run.
+        #[arg(long, value_name = "PERCENT", value_parser = percent)]
+        sample: Option<f64>,
+        /// Check coverage against every snapshot, not only each task's newest.
+        #[arg(long)]
+        all_snapshots: bool,
+        /// Objects read at once.
+        #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+        concurrency: u16,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove, per partition, the oldest objects whose records are all older than TIME, their
+    /// seals, and the snapshots no longer needed. A dry run unless --apply.
+    Prune {
+        #[command(flatten)]
+        at: ArchiveAt,
+        /// RFC 3339 time, a date (midnight UTC), or an age such as 90d, 36h, 30m.
+        #[arg(long, value_name = "TIME")]
+        before: String,
+        /// Remove what is listed (default: only list it).
+        #[arg(long)]
+        apply: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Where the archive is: a dump task of a config file, or a URL and a directory (as restore).
+#[derive(clap::Args)]
+struct ArchiveAt {
+    /// Config file; without it, `file://./strata-archive` unless --source says otherwise.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// The dump task of the config file whose bucket and directory to read (a file with one
+    /// dump task uses it without this flag); prune checks its group's committed offsets.
+    #[arg(long, value_name = "NAME")]
+    task: Option<String>,
+    /// Archive location: `s3://bucket/prefix` or `file:///path` (S3 settings stay from [store]).
+    #[arg(long, value_name = "URL")]
+    source: Option<String>,
+    /// Dump directory inside the archive location.
+    #[arg(long, value_name = "DIR")]
+    directory: Option<String>,
+    /// Only these topics, comma separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "A,B",
+        conflicts_with = "topic_regex"
+    )]
+    topics: Option<Vec<String>>,
+    /// Only topics matching this regular expression.
+    #[arg(long, value_name = "RE")]
+    topic_regex: Option<String>,
+}
+
+impl ArchiveAt {
+    fn args(&self) -> strata::archive::LocationArgs {
+        strata::archive::LocationArgs {
+            task: self.task.clone(),
+            source: self.source.clone(),
+            directory: self.directory.clone(),
+            topics: self.topics.clone(),
+            topic_regex: self.topic_regex.clone(),
+        }
+    }
+}
+
+fn percent(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        _ => Err(format!("{s:?} is not a percentage from 0 to 100")),
+    }
 }
 
 impl RestoreArgs {
@@ -465,6 +566,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Archive(cmd) => archive(cmd, cli.log_format).await,
         Command::TierSecret { file } => {
             if let Err(e) = strata::tier::auth::write_new_secret(&file) {
                 eprintln!(
@@ -513,6 +615,91 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             strata::tier::serve(&cfg, stop)
                 .await
                 .context("tier failed")?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// `strata archive ls|verify|prune`: resolve the archive, run, print (exit 1 when verify found
+/// problems, 2 for a bad location).
+async fn archive(
+    cmd: ArchiveCommand,
+    log_format: Option<LogFormatArg>,
+) -> anyhow::Result<ExitCode> {
+    let at = match &cmd {
+        ArchiveCommand::Ls { at, .. }
+        | ArchiveCommand::Verify { at, .. }
+        | ArchiveCommand::Prune { at, .. } => at,
+    };
+    let settings = match strata::archive::Settings::load(at.config.as_deref(), &at.args()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let format = match log_format {
+        Some(LogFormatArg::Json) => LogFormat::Json,
+        Some(LogFormatArg::Human) => LogFormat::Human,
+        None => settings.telemetry.log_format,
+    };
+    strata::telemetry::init_logging(format, &settings.telemetry.log_level)?;
+    let before = match &cmd {
+        ArchiveCommand::Prune { before, .. } => {
+            match strata::archive::parse_time(before, chrono::Utc::now()) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(2));
+                }
+            }
+        }
+        _ => None,
+    };
+    let a = strata::archive::Archive::open(settings).await?;
+    let print =
+        |json: bool, text: String, value: serde_json::Result<String>| -> anyhow::Result<()> {
+            if json {
+                println!("{}", value?);
+            } else {
+                print!("{text}");
+            }
+            Ok(())
+        };
+    match cmd {
+        ArchiveCommand::Ls { objects, json, .. } => {
+            let l = strata::archive::list(&a, objects).await?;
+            print(json, l.to_string(), serde_json::to_string_pretty(&l))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        ArchiveCommand::Verify {
+            sample,
+            all_snapshots,
+            concurrency,
+            json,
+            ..
+        } => {
+            let opts = strata::archive::VerifyOptions {
+                sample_percent: sample,
+                all_snapshots,
+                concurrency: usize::from(concurrency),
+                progress_bar: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            };
+            let r = strata::archive::verify(&a, opts).await?;
+            print(json, r.to_string(), serde_json::to_string_pretty(&r))?;
+            Ok(if r.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        ArchiveCommand::Prune { apply, json, .. } => {
+            let Some(before) = before else {
+                return Ok(ExitCode::from(2));
+            };
+            let r =
+                strata::archive::prune(&a, strata::archive::PruneOptions { before, apply }).await?;
+            print(json, r.to_string(), serde_json::to_string_pretty(&r))?;
             Ok(ExitCode::SUCCESS)
         }
     }

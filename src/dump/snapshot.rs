@@ -383,7 +383,7 @@ impl Snapshots {
             }
             match crate::state::store(store.as_ref(), &task.directory, &snapshot).await {
                 Ok(key) => {
-                    tracing::info!(task = %name, snapshot = %store.location(&key), topics = snapshot.topics.len(), groups = snapshot.groups.len(), "cluster state snapshot stored");
+                    tracing::info!(task = %name, snapshot = %store.location(&key), topics = snapshot.topics.len(), groups = snapshot.groups.len(), "cluster state snapshot written");
                     Ok(())
                 }
                 Err(e) => failed(format!("storing it: {e}")),
