@@ -351,6 +351,85 @@ fn properties_that_break_dump_and_replicate_guarantees_are_refused_with_the_reas
     assert!(load(&ok).is_ok());
 }
 
+/// `consumer.`, `producer.` and `admin.` keys reach only that kind of client, and go
+/// through the owned-property guard like unprefixed ones, with the same reason.
+#[test]
+fn prefixed_properties_reach_one_client_kind_and_are_guarded() {
+    let c = load(
+        "[kafka.properties]\n\"fetch.wait.max.ms\" = 100\n\"consumer.fetch.wait.max.ms\" = 50\n\"consumer.fetch.min.bytes\" = 1024\n\"producer.linger.ms\" = 10\n\"admin.socket.timeout.ms\" = 9000\n",
+    )
+    .unwrap();
+    let of = |kind| -> Vec<(String, String)> {
+        c.kafka
+            .properties_for(kind)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let pairs = |p: &[(&str, &str)]| -> Vec<(String, String)> {
+        p.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    // The prefixed value comes after the unprefixed one, so it wins where both are set.
+    assert_eq!(
+        of(ClientKind::Consumer),
+        pairs(&[
+            ("fetch.wait.max.ms", "100"),
+            ("fetch.min.bytes", "1024"),
+            ("fetch.wait.max.ms", "50")
+        ])
+    );
+    assert_eq!(
+        of(ClientKind::Producer),
+        pairs(&[("fetch.wait.max.ms", "100"), ("linger.ms", "10")])
+    );
+    assert_eq!(
+        of(ClientKind::Admin),
+        pairs(&[("fetch.wait.max.ms", "100"), ("socket.timeout.ms", "9000")])
+    );
+    let with_task = "[[tasks]]\nname = \"dump1\"\ntopics = [\"a\"]\n";
+    for (prefixed, plain) in [
+        ("consumer.isolation.level", "isolation.level"),
+        ("producer.enable.idempotence", "enable.idempotence"),
+        ("admin.bootstrap.servers", "bootstrap.servers"),
+        ("consumer.group.id", "group.id"),
+    ] {
+        let found = issues(&format!(
+            "[kafka.properties]\n\"{prefixed}\" = \"x\"\n{with_task}"
+        ));
+        let unprefixed = issues(&format!(
+            "[kafka.properties]\n\"{plain}\" = \"x\"\n{with_task}"
+        ));
+        assert_eq!(found.len(), 1, "{prefixed}: {found:#?}");
+        assert_eq!(found[0].key, format!("kafka.properties.\"{prefixed}\""));
+        assert_eq!(found[0].message, unprefixed[0].message, "{prefixed}");
+    }
+    // A replicate peer's prefixed properties too.
+    let found = issues(&replicate(
+        "",
+        "[tasks.peer.properties]\n\"producer.transactional.id\" = \"x\"\n",
+    ));
+    assert!(
+        has(
+            &found,
+            "tasks[0].peer.properties.\"producer.transactional.id\"",
+            "managed by strata"
+        ),
+        "{found:#?}"
+    );
+    // A prefix alone names nothing.
+    let found = issues("[kafka.properties]\n\"consumer.\" = \"x\"\n");
+    assert!(
+        has(
+            &found,
+            "kafka.properties.\"consumer.\"",
+            "consumer.fetch.min.bytes"
+        ),
+        "{found:#?}"
+    );
+}
+
 #[test]
 fn a_file_without_tasks_keeps_restores_own_guard_for_producer_settings() {
     // [kafka] serves restore alone here: restore ignores these with a warning, as before.

@@ -74,6 +74,8 @@ pub(super) struct DumpSink {
     progress: super::progress::OnceProgress,
     in_flight: Arc<super::budget::ByteBudget>,
     buffered: Arc<AtomicUsize>,
+    /// Told the task runs at the first turn of the source (subscribed, writers started).
+    pub ready: Option<crate::telemetry::readiness::Part>,
 }
 
 fn kafka_err(servers: &str) -> impl Fn(rdkafka::error::KafkaError) -> DumpError + '_ {
@@ -131,6 +133,7 @@ impl DumpSink {
             ),
             in_flight,
             buffered,
+            ready: None,
         }
     }
 
@@ -599,6 +602,9 @@ impl Sink for DumpSink {
     fn serve(&mut self, src: &mut Source) -> Result<bool, DumpError> {
         if self.ucx.fatal.is_set() {
             return Ok(true);
+        }
+        if let Some(part) = self.ready.take() {
+            part.running();
         }
         self.drain_stash();
         self.serve_controls(src);

@@ -203,6 +203,34 @@ ssl_ca_location = "/ca.pem"
     }
 
     #[test]
+    fn prefixed_properties_reach_only_their_client_kind() {
+        let c = Config::from_toml(
+            r#"[kafka]
+bootstrap_servers = "a:1"
+[kafka.properties]
+"socket.timeout.ms" = 30000
+"consumer.fetch.min.bytes" = 1000
+"producer.linger.ms" = 7
+"admin.socket.timeout.ms" = 9000
+"#,
+            "t",
+            |_| None,
+        )
+        .unwrap();
+        let consumer = client_config(&c.kafka, ClientKind::Consumer);
+        assert_eq!(consumer.get("fetch.min.bytes"), Some("1000"));
+        assert_eq!(consumer.get("linger.ms"), None);
+        assert_eq!(consumer.get("consumer.fetch.min.bytes"), None);
+        assert_eq!(consumer.get("socket.timeout.ms"), Some("30000"));
+        let producer = client_config(&c.kafka, ClientKind::Producer);
+        assert_eq!(producer.get("linger.ms"), Some("7"));
+        assert_eq!(producer.get("fetch.min.bytes"), None);
+        let admin = client_config(&c.kafka, ClientKind::Admin);
+        assert_eq!(admin.get("socket.timeout.ms"), Some("9000"));
+        assert_eq!(admin.get("linger.ms"), None);
+    }
+
+    #[test]
     fn a_settling_coordinator_is_asked_again_other_errors_are_not() {
         use rdkafka::error::KafkaError::MetadataFetch;
         use rdkafka::types::RDKafkaErrorCode::*;

@@ -256,12 +256,16 @@ fn properties(
         let pkey = format!("{table}.properties.\"{k}\"");
         let name = match ClientKind::of_key(k) {
             Some((kind, "")) => {
+                let example = match kind {
+                    ClientKind::Consumer => "fetch.min.bytes",
+                    ClientKind::Producer => "linger.ms",
+                    ClientKind::Admin => "socket.timeout.ms",
+                };
                 cx.push(
                     pkey,
                     format!(
-                        "names no property after \"{}\"; write e.g. \"{}fetch.min.bytes\"",
-                        kind.prefix(),
-                        kind.prefix()
+                        "names no property after \"{p}\"; write e.g. \"{p}{example}\"",
+                        p = kind.prefix()
                     ),
                 );
                 continue;
