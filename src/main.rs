@@ -71,12 +71,12 @@ impl From<ResetArg> for strata::replicate::Reset {
 enum Command {
     /// Check a config file and print what it means (secrets redacted).
     Validate {
-        #[arg(long, short)]
+        #[arg(long, short, env = "STRATA_CONFIG")]
         config: PathBuf,
     },
     /// Archive topics into time-partitioned objects, exactly once.
     Dump {
-        #[arg(long, short)]
+        #[arg(long, short, env = "STRATA_CONFIG")]
         config: PathBuf,
         /// Read up to the high watermarks noted at start, store, commit and exit (for cron):
         /// exit 0 only once every partition is archived that far, by this run or by another
@@ -96,7 +96,7 @@ enum Command {
     /// Copy topics between the local cluster and a peer cluster (type = "replicate" tasks),
     /// exactly once, with MirrorMaker 2's offset syncs and checkpoints.
     Replicate {
-        #[arg(long, short)]
+        #[arg(long, short, env = "STRATA_CONFIG")]
         config: PathBuf,
         /// Copy up to the source high watermarks noted at start, then exit (migrations): exit
         /// 0 only once the target holds every partition that far.
@@ -115,7 +115,7 @@ enum Command {
     /// Connect to both clusters of every replicate task and report bootstrap, authentication,
     /// authorization and topic-creation rights, without starting anything.
     ReplicateCheck {
-        #[arg(long, short)]
+        #[arg(long, short, env = "STRATA_CONFIG")]
         config: PathBuf,
     },
     /// Replay archived objects back into Kafka (flags override the config file).
@@ -125,7 +125,7 @@ enum Command {
     Archive(ArchiveCommand),
     /// Serve the Kafka tiered-storage bridge (RemoteStorageManager) on this host.
     Tier {
-        #[arg(long, short)]
+        #[arg(long, short, env = "STRATA_CONFIG")]
         config: PathBuf,
     },
     /// Write a new secret for the tier API to FILE (mode 0600; an existing file is kept):
@@ -150,7 +150,7 @@ enum Command {
 #[derive(clap::Args)]
 struct RestoreArgs {
     /// Config file; without it, local Kafka and `file://./strata-archive` unless flags say otherwise.
-    #[arg(long, short)]
+    #[arg(long, short, env = "STRATA_CONFIG")]
     config: Option<PathBuf>,
     /// Take the archive's bucket, directory, time layout and text options from this dump task
     /// of the config file (a file with one dump task uses it without this flag).
@@ -262,7 +262,7 @@ enum ArchiveCommand {
 #[derive(clap::Args)]
 struct ArchiveAt {
     /// Config file; without it, `file://./strata-archive` unless --source says otherwise.
-    #[arg(long, short)]
+    #[arg(long, short, env = "STRATA_CONFIG")]
     config: Option<PathBuf>,
     /// The dump task of the config file whose bucket and directory to read (a file with one
     /// dump task uses it without this flag); prune checks its group's committed offsets.
@@ -329,10 +329,41 @@ impl RestoreArgs {
 }
 
 fn load(path: &std::path::Path) -> Result<Config, ExitCode> {
-    Config::load(path).map_err(|e| {
-        eprintln!("error: {e}");
-        ExitCode::from(2)
-    })
+    Config::load(path).map_err(|e| fatal(&e.to_string(), 2))
+}
+
+/// `--log-format json` was given: errors before logging starts are JSON lines too.
+static JSON_FLAG: AtomicBool = AtomicBool::new(false);
+
+/// Whether errors are written as JSON log lines.
+fn json_logs() -> bool {
+    match strata::telemetry::log_format() {
+        Some(f) => f == LogFormat::Json,
+        None => JSON_FLAG.load(Ordering::Relaxed),
+    }
+}
+
+/// A command's final error, and its exit code: `error: <message>` on stderr for people; with
+/// JSON logs one log line instead (level ERROR, the message, `exit_code`), which collectors
+/// parse like every other line.
+fn fatal(message: &str, exit_code: u8) -> ExitCode {
+    if json_logs() {
+        if strata::telemetry::log_format().is_none() {
+            let _ = strata::telemetry::init_logging(LogFormat::Json, "error");
+        }
+        tracing::error!(exit_code, "{message}");
+    } else {
+        eprintln!("error: {message}");
+    }
+    ExitCode::from(exit_code)
+}
+
+/// [`fatal`] for an error that human logs also show as a log line.
+fn fatal_logged(message: &str, exit_code: u8) -> ExitCode {
+    if !json_logs() {
+        tracing::error!("{message}");
+    }
+    fatal(message, exit_code)
 }
 
 fn start_logging(cfg: &Config, arg: Option<LogFormatArg>) -> anyhow::Result<()> {
@@ -351,8 +382,7 @@ async fn dump(cfg: &Config, opts: strata::dump::DumpOptions, stop: Arc<AtomicBoo
     let summaries = match strata::dump::run(cfg, opts, stop).await {
         Ok(s) => s,
         Err(e) => {
-            tracing::error!("dump failed: {e}");
-            eprintln!("error: dump failed: {e}");
+            fatal_logged(&format!("dump failed: {e}"), e.exit_code());
             return e.exit_code();
         }
     };
@@ -373,8 +403,10 @@ async fn dump(cfg: &Config, opts: strata::dump::DumpOptions, stop: Arc<AtomicBoo
         }
     }
     if let Err(e) = strata::dump::check_gaps(cfg, opts, &summaries) {
-        tracing::error!("dump incomplete: {e}");
-        eprintln!("error: {e}");
+        if !json_logs() {
+            tracing::error!("dump incomplete: {e}");
+        }
+        fatal(&e.to_string(), e.exit_code());
         return e.exit_code();
     }
     0
@@ -412,6 +444,7 @@ fn stop_on_signals(stop: Arc<AtomicBool>) {
                 tracing::info!(
                     "stopping gracefully: finishing the work in flight (signal again to abort)"
                 );
+                strata::telemetry::readiness::stopping();
                 stop.store(true, Ordering::Relaxed);
                 first = false;
             } else {
@@ -446,8 +479,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 )
             );
             if let Some(Err(e)) = region {
-                eprintln!("error: {e}");
-                return Ok(ExitCode::from(2));
+                return Ok(fatal(&e.to_string(), 2));
             }
             if cfg.tasks.is_empty() {
                 return Ok(ExitCode::SUCCESS);
@@ -481,11 +513,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             if let Some(path) = metrics_file {
                 if let Err(e) = strata::telemetry::write_metrics_file(&path) {
-                    eprintln!(
-                        "error: cannot write the metrics file {}: {e}",
-                        path.display()
-                    );
-                    return Ok(ExitCode::from(code.max(1)));
+                    let message = format!("cannot write the metrics file {}: {e}", path.display());
+                    return Ok(fatal(&message, code.max(1)));
                 }
             }
             Ok(ExitCode::from(code))
@@ -513,11 +542,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     }
                     Ok(ExitCode::SUCCESS)
                 }
-                Err(e) => {
-                    tracing::error!("replicate failed: {e}");
-                    eprintln!("error: replicate failed: {e}");
-                    Ok(ExitCode::from(e.exit_code()))
-                }
+                Err(e) => Ok(fatal_logged(
+                    &format!("replicate failed: {e}"),
+                    e.exit_code(),
+                )),
             }
         }
         Command::ReplicateCheck { config } => {
@@ -526,8 +554,8 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Err(code) => return Ok(code),
             };
             if cfg.replicate.is_empty() {
-                eprintln!("error: {}", strata::replicate::ReplicateError::NoTasks);
-                return Ok(ExitCode::from(2));
+                let e = strata::replicate::ReplicateError::NoTasks;
+                return Ok(fatal(&e.to_string(), 2));
             }
             let report = strata::replicate::check(&cfg).await;
             print!("{report}");
@@ -541,14 +569,10 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let overrides = args.overrides();
             let cfg = match Config::load_for_restore(args.config.as_deref(), &overrides) {
                 Ok(c) => c,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return Ok(ExitCode::from(2));
-                }
+                Err(e) => return Ok(fatal(&e.to_string(), 2)),
             };
             let Some(restore) = cfg.restore.as_ref() else {
-                eprintln!("error: no [restore] settings; see config/example.toml");
-                return Ok(ExitCode::from(2));
+                return Ok(fatal("no [restore] settings; see config/example.toml", 2));
             };
             let stop = start_mode(&cfg, cli.log_format).await?;
             let opts = strata::restore::RestoreOptions {
@@ -561,16 +585,18 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .context("restore failed")?;
             print!("{summary}");
             if summary.would_fail(restore.skip_corrupt) {
-                eprintln!("error: the restore would stop at a corrupt object; fix it or pass --skip-corrupt");
-                return Ok(ExitCode::FAILURE);
+                return Ok(fatal(
+                    "the restore would stop at a corrupt object; fix it or pass --skip-corrupt",
+                    1,
+                ));
             }
             Ok(ExitCode::SUCCESS)
         }
         Command::Archive(cmd) => archive(cmd, cli.log_format).await,
         Command::TierSecret { file } => {
             if let Err(e) = strata::tier::auth::write_new_secret(&file) {
-                eprintln!(
-                    "error: cannot write a new secret to {}: {e}{}",
+                let message = format!(
+                    "cannot write a new secret to {}: {e}{}",
                     file.display(),
                     if e.kind() == std::io::ErrorKind::AlreadyExists {
                         " (an existing secret is never overwritten; remove it first to replace it)"
@@ -578,7 +604,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         ""
                     }
                 );
-                return Ok(ExitCode::FAILURE);
+                return Ok(fatal(&message, 1));
             }
             println!(
                 "wrote a new secret to {} (mode 0600); for a broker running as another user, chgrp the file to its group and chmod 0640",
@@ -633,10 +659,7 @@ async fn archive(
     };
     let settings = match strata::archive::Settings::load(at.config.as_deref(), &at.args()) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return Ok(ExitCode::from(2));
-        }
+        Err(e) => return Ok(fatal(&e.to_string(), 2)),
     };
     let format = match log_format {
         Some(LogFormatArg::Json) => LogFormat::Json,
@@ -648,10 +671,7 @@ async fn archive(
         ArchiveCommand::Prune { before, .. } => {
             match strata::archive::parse_time(before, chrono::Utc::now()) {
                 Ok(t) => Some(t),
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return Ok(ExitCode::from(2));
-                }
+                Err(e) => return Ok(fatal(&e.to_string(), 2)),
             }
         }
         _ => None,
@@ -731,6 +751,10 @@ fn use_the_shared_arena() {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    JSON_FLAG.store(
+        matches!(cli.log_format, Some(LogFormatArg::Json)),
+        Ordering::Relaxed,
+    );
     let tier = matches!(cli.command, Command::Tier { .. });
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if tier {
@@ -740,19 +764,11 @@ fn main() -> ExitCode {
     }
     let rt = match builder.enable_all().build() {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fatal(&format!("cannot start the async runtime: {e}"), 1),
     };
     match rt.block_on(run(cli)) {
         Ok(code) => code,
-        Err(e) => {
-            let message = report(&e);
-            tracing::error!("{message}");
-            eprintln!("error: {message}");
-            ExitCode::FAILURE
-        }
+        Err(e) => fatal_logged(&report(&e), 1),
     }
 }
 

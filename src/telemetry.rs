@@ -1,6 +1,10 @@
 //! Logs (tracing: human or JSON lines, `RUST_LOG` overrides the configured level) and the
-//! Prometheus endpoint (`GET /metrics`). Metric names start with `strata_`; no label or value
-//! ever carries a secret.
+//! metrics listener: `GET /metrics` (Prometheus), `/healthz` (alive) and `/readyz` (see
+//! [`readiness`]). Metric names start with `strata_`, each described in [`catalog`]; no label,
+//! value or answer ever carries a secret.
+
+pub mod catalog;
+pub mod readiness;
 
 use crate::config::{LogFormat, TelemetryConfig};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
@@ -26,6 +30,14 @@ pub enum TelemetryError {
 /// last answer). `RUST_LOG` still shows them.
 const QUIET_CREDENTIAL_CHAIN: &str = "aws_config::meta::credentials::chain=error";
 
+/// The format of the logging started, once it is (what a fatal error is written as).
+static STARTED: std::sync::OnceLock<LogFormat> = std::sync::OnceLock::new();
+
+/// The format logging was started with; `None` before [`init_logging`].
+pub fn log_format() -> Option<LogFormat> {
+    STARTED.get().copied()
+}
+
 /// Starts logging to stderr. Safe to call once per process; later calls are ignored.
 pub fn init_logging(format: LogFormat, level: &str) -> Result<(), TelemetryError> {
     let filter = match std::env::var("RUST_LOG") {
@@ -43,7 +55,7 @@ pub fn init_logging(format: LogFormat, level: &str) -> Result<(), TelemetryError
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
-    let _ = match format {
+    let started = match format {
         LogFormat::Human => builder.with_target(false).try_init(),
         LogFormat::Json => builder
             .json()
@@ -51,11 +63,17 @@ pub fn init_logging(format: LogFormat, level: &str) -> Result<(), TelemetryError
             .with_current_span(false)
             .try_init(),
     };
+    if started.is_ok() {
+        let _ = STARTED.set(format);
+    }
     Ok(())
 }
 
 /// The recorder's handle, once installed: what `/metrics` and a metrics file render.
 static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
+
+/// Always 1, labelled with the version: which strata runs.
+pub const BUILD_INFO: &str = "strata_build_info";
 
 /// The gauge a scheduled run sets when it succeeds, per task; a metrics file keeps a task's
 /// last value through failed runs, so an alert on its age fires when backups stop.
@@ -125,6 +143,8 @@ pub async fn install_metrics(cfg: &TelemetryConfig) -> Result<Option<SocketAddr>
         return Ok(None);
     }
     let _ = HANDLE.set(handle.clone());
+    catalog::describe();
+    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     let upkeep = handle.clone();
     tokio::spawn(async move {
         loop {
@@ -142,20 +162,36 @@ pub async fn install_metrics(cfg: &TelemetryConfig) -> Result<Option<SocketAddr>
         .local_addr()
         .map_err(|source| TelemetryError::Listen { addr, source })?;
     tokio::spawn(serve(listener, handle));
-    tracing::info!(%bound, "metrics at http://{bound}/metrics");
+    tracing::info!(%bound, "metrics at http://{bound}/metrics, probes at /healthz and /readyz");
     Ok(Some(bound))
 }
 
-/// Read-only: `/metrics` and nothing else, with the bounds of [`crate::listen`]. Metric labels
-/// carry task, topic and operation names, never paths, keys or secrets.
+/// Read-only: `/metrics`, `/healthz` and `/readyz`, with the bounds of [`crate::listen`].
+/// Metric labels carry task, topic and operation names, never paths, keys or secrets; the
+/// probes answer plain text: `ok`, `ready`, or why not ready.
 async fn serve(listener: tokio::net::TcpListener, handle: PrometheusHandle) {
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let h = handle.clone();
-            async move { h.render() }
-        }),
-    );
+    use axum::http::StatusCode;
+    let app = axum::Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let h = handle.clone();
+                async move { h.render() }
+            }),
+        )
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        .route(
+            "/readyz",
+            axum::routing::get(|| async {
+                match readiness::check() {
+                    Ok(()) => (StatusCode::OK, "ready\n".to_string()),
+                    Err(why) => (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("not ready: {why}\n"),
+                    ),
+                }
+            }),
+        );
     let limits = crate::listen::Limits {
         max_connections: 16,
         ..crate::listen::Limits::default()

@@ -297,6 +297,32 @@ async fn metrics_endpoint_and_json_logs_of_a_running_dump() {
     ] {
         assert!(body.contains(name), "{name} missing from /metrics:\n{body}");
     }
+    // Every metric has its HELP line, and the build is named.
+    for l in body.lines().filter(|l| l.starts_with("# TYPE ")) {
+        let name = l.split_whitespace().nth(2).unwrap();
+        assert!(
+            body.contains(&format!("# HELP {name} ")),
+            "{name} has no HELP:\n{body}"
+        );
+    }
+    assert!(
+        body.contains(&format!(
+            "strata_build_info{{version=\"{}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{body}"
+    );
+    // Alive, and ready: the task reached Kafka and its store and runs.
+    let healthz = http_get(&format!("http://127.0.0.1:{port}/healthz")).unwrap();
+    assert!(
+        healthz.starts_with("HTTP/1.1 200") && healthz.ends_with("ok\n"),
+        "{healthz}"
+    );
+    let readyz = http_get(&format!("http://127.0.0.1:{port}/readyz")).unwrap();
+    assert!(
+        readyz.starts_with("HTTP/1.1 200") && readyz.ends_with("ready\n"),
+        "{readyz}"
+    );
     let _ = Command::new("kill")
         .arg("-TERM")
         .arg(child.id().to_string())
@@ -317,6 +343,165 @@ async fn metrics_endpoint_and_json_logs_of_a_running_dump() {
         lines.iter().any(|l| l.contains("\"stored\"")),
         "no stored event in:\n{text}"
     );
+}
+
+/// Alive but not ready while a task has not reached Kafka: /readyz says which task waits.
+#[tokio::test(flavor = "multi_thread")]
+async fn readyz_is_503_until_the_tasks_reach_kafka() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = dir.path().join("c.toml");
+    // Nothing listens on port 9: the dump waits for Kafka (up to 30 s) before it fails.
+    std::fs::write(
+        &cfg,
+        format!(
+            "[kafka]\nbootstrap_servers = \"127.0.0.1:9\"\n[store]\nurl = \"file://{}\"\n[telemetry]\nmetrics_listen = \"127.0.0.1:{port}\"\n[[tasks]]\nname = \"waits\"\ntopics = [\"t\"]\n",
+            dir.path().join("archive").display()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(strata_bin())
+        .args(["dump", "--config"])
+        .arg(&cfg)
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let readyz = format!("http://127.0.0.1:{port}/readyz");
+    let last = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    eventually(20, "/readyz answers", || {
+        let (url, last) = (readyz.clone(), last.clone());
+        async move {
+            let got = tokio::task::spawn_blocking(move || http_get(&url))
+                .await
+                .unwrap()
+                .unwrap_or_default();
+            let hit = !got.is_empty();
+            *last.lock().unwrap() = got;
+            hit
+        }
+    })
+    .await;
+    let healthz = http_get(&format!("http://127.0.0.1:{port}/healthz"));
+    let _ = child.kill();
+    let _ = child.wait();
+    let got = last.lock().unwrap().clone();
+    assert!(
+        got.starts_with("HTTP/1.1 503") && got.ends_with("not ready: dump task waits: starting\n"),
+        "{got}"
+    );
+    let healthz = healthz.unwrap();
+    assert!(healthz.starts_with("HTTP/1.1 200"), "{healthz}");
+}
+
+/// `STRATA_CONFIG` stands in for `--config`; the flag wins when both are given.
+#[test]
+fn strata_config_names_the_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.toml");
+    std::fs::write(
+        &good,
+        "[store]\nurl = \"file:///tmp/x\"\n[[tasks]]\nname = \"from-env\"\ntopics = [\"t\"]\n",
+    )
+    .unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "nonsense = 1\n").unwrap();
+    let out = Command::new(strata_bin())
+        .arg("validate")
+        .env("STRATA_CONFIG", &good)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("from-env: topics [t]"), "{text}");
+    let out = Command::new(strata_bin())
+        .args(["validate", "--config"])
+        .arg(&bad)
+        .env("STRATA_CONFIG", &good)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nonsense"));
+}
+
+/// With JSON logs, a command's fatal error is one JSON log line (and nothing else is printed
+/// as text); human logs keep `error: ...`.
+#[test]
+fn fatal_errors_are_json_lines_with_json_logs() {
+    let store = format!(
+        "[kafka]\nbootstrap_servers = \"{}\"\n[store]\nurl = \"s3://strata-it/x\"\nendpoint = \"http://127.0.0.1:9\"\nmax_attempts = 1\naccess_key = \"a\"\nsecret_key = \"b\"\n[[tasks]]\nname = \"unreach\"\ntopics = [\"t\"]\n",
+        bootstrap()
+    );
+    // A failure at run time (exit 1) and a configuration error (exit 2, before logging starts).
+    for (cfg, code, words) in [
+        (
+            store.as_str(),
+            1,
+            "cannot reach the store at http://127.0.0.1:9",
+        ),
+        ("nonsense = 1\n", 2, "nonsense: unknown key"),
+    ] {
+        let (out, _) = strata(&["--log-format", "json", "dump", "--once"], cfg);
+        assert_eq!(out.status.code(), Some(code));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<serde_json::Value> = stderr
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect();
+        let last = lines.last().expect("a line");
+        assert_eq!(last["level"], "ERROR", "{stderr}");
+        assert_eq!(last["exit_code"], code, "{stderr}");
+        assert!(
+            last["message"].as_str().unwrap().contains(words),
+            "{stderr}"
+        );
+        let errors = lines.iter().filter(|l| l["level"] == "ERROR").count();
+        assert_eq!(errors, 1, "the error once:\n{stderr}");
+        // Human logs: as before.
+        let (out, text) = strata(&["dump", "--once"], cfg);
+        assert_eq!(out.status.code(), Some(code));
+        assert!(text.contains("error: ") && text.contains(words), "{text}");
+    }
+}
+
+/// `${file:/path}` reads a secret from a file (a mounted Kubernetes secret): the SASL password
+/// of the dev broker's SASL listener, with the file's trailing newline dropped, logs in.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kafka_password_from_a_file_logs_in() {
+    let topic = unique("file-secret");
+    create_topic(&topic, 1).await;
+    produce(&sample_records(&topic, 10, 1, base_ts())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let secret_file = dir.path().join("kafka-password");
+    let password =
+        std::fs::read_to_string(std::env::var("STRATA_TEST_KAFKA_PASSWORD_FILE").unwrap())
+            .unwrap()
+            .trim()
+            .to_string();
+    std::fs::write(&secret_file, format!("{password}\n")).unwrap();
+    let cfg = format!(
+        "[kafka]\nbootstrap_servers = \"{}\"\nsecurity_protocol = \"SASL_PLAINTEXT\"\nsasl_mechanism = \"SCRAM-SHA-512\"\nusername = \"{}\"\npassword = \"${{file:{}}}\"\n[store]\nurl = \"file://{}\"\n[[tasks]]\nname = \"{}\"\ntopics = [\"{topic}\"]\nformat = \"jsonl\"\n",
+        std::env::var("STRATA_TEST_SASL_BOOTSTRAP").unwrap(),
+        std::env::var("STRATA_TEST_KAFKA_USER").unwrap(),
+        secret_file.display(),
+        dir.path().join("archive").display(),
+        unique("file-secret-task")
+    );
+    let (out, text) = strata(&["validate"], &cfg);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("<set, from file {}>", secret_file.display())),
+        "{text}"
+    );
+    assert!(!text.contains(&password), "the password is shown:\n{text}");
+    let (out, text) = strata(&["dump", "--once"], &cfg);
+    assert_eq!(out.status.code(), Some(0), "{text}");
+    assert!(text.contains(": 10 records,"), "{text}");
+    assert!(!text.contains(&password), "the password is shown:\n{text}");
 }
 
 fn http_get(url: &str) -> std::io::Result<String> {

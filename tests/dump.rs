@@ -408,6 +408,36 @@ async fn once_with_a_missing_topic_fails_clearly() {
     );
 }
 
+/// `exclude_topics` leaves out a topic the regex matches: its records are never archived.
+#[tokio::test(flavor = "multi_thread")]
+async fn exclude_topics_leave_out_a_topic_the_regex_matches() {
+    let base = unique("excl");
+    let (kept, left_out) = (format!("{base}.orders"), format!("{base}.orders.tmp"));
+    create_topic(&kept, 1).await;
+    create_topic(&left_out, 1).await;
+    produce(&sample_records(&kept, 20, 1, base_ts())).await;
+    produce(&sample_records(&left_out, 30, 1, base_ts())).await;
+    let root = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "{}[[tasks]]\nname = \"{}\"\ntopic_regex = '{}\\..*'\nexclude_topics = ['.*\\.tmp']\nformat = \"jsonl\"\n",
+        file_toml(root.path()),
+        unique("excl-task"),
+        regex::escape(&base)
+    );
+    let s = dump_once(&toml).await;
+    assert_eq!(s[0].records, 20, "only the kept topic's records");
+    let objects = read_archive(
+        &FsStore::new(root.path().to_path_buf()),
+        "",
+        TextOptions::default(),
+    )
+    .await;
+    let topics: std::collections::BTreeSet<&str> =
+        objects.iter().map(|o| o.name.topic.as_str()).collect();
+    assert_eq!(topics, [kept.as_str()].into(), "archived topics");
+    assert_eq!(check_layout(&objects, "", "yyyy/MM/dd").len(), 20);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn empty_intervals_write_nothing_and_regex_picks_up_new_topics() {
     let prefix = unique("rx");

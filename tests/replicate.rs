@@ -488,7 +488,7 @@ async fn group_offsets_follow_to_the_target_and_kafkas_client_reads_the_checkpoi
 /// start), commits where it stopped, returns what it read.
 fn consume_and_commit(k: &KafkaConfig, topic: &str, group: &str, max: usize) -> Vec<Record> {
     use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-    let c: BaseConsumer = strata::kafka::client_config(k)
+    let c: BaseConsumer = strata::kafka::client_config(k, strata::config::ClientKind::Consumer)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "earliest")
@@ -1049,10 +1049,11 @@ async fn aborted_records_in_the_target_are_no_lost_bookkeeping() {
     let (l, t) = (local.clone(), topic.clone());
     tokio::task::spawn_blocking(move || {
         use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-        let p: BaseProducer = strata::kafka::client_config(&l)
-            .set("transactional.id", unique("aborting"))
-            .create()
-            .unwrap();
+        let p: BaseProducer =
+            strata::kafka::client_config(&l, strata::config::ClientKind::Producer)
+                .set("transactional.id", unique("aborting"))
+                .create()
+                .unwrap();
         p.init_transactions(Duration::from_secs(30)).unwrap();
         p.begin_transaction().unwrap();
         for i in 0..5 {

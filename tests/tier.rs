@@ -1903,6 +1903,19 @@ async fn api_lockdown() {
     let seg = segment_json(&src, &random_kafka_id());
     let copy = copy_json(&src, &seg, false).to_string();
 
+    // --- Probes: a kubelet's, on the metrics listener (no secret), and a tcpSocket probe of
+    // the API port (connect, close) neither count nor log as refusals.
+    let r = plain_get(&metrics_addr, "/healthz").await;
+    assert_eq!((r.status, r.text().as_str()), (200, "ok\n"));
+    let r = plain_get(&metrics_addr, "/readyz").await;
+    assert_eq!((r.status, r.text().as_str()), (200, "ready\n"));
+    drop(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for refusals in ["strata_tier_rejected_total", "strata_http_rejected_total"] {
+        assert_eq!(metric(&metrics_addr, refusals).await, 0.0, "{refusals}");
+    }
+    assert!(!tier.log_text().contains("refused"), "{}", tier.log_text());
+
     // --- Callers that do not authenticate.
     let refused = |r: &Reply, status: u16, what: &str| {
         assert_eq!(r.status, status, "{what}: {}", r.text());

@@ -1,7 +1,7 @@
 //! A dump task as validated: which topics go into which archive objects, in which format (the
 //! CDC options live with the CDC tables, `crate::cdc`).
 
-use super::{ByteSize, CdcOptions, StartOffset, StoreConfig, TaskName, TopicSelector};
+use super::{ByteSize, CdcOptions, StartOffset, StoreConfig, TaskName, TaskTopics};
 use crate::format::FormatSpec;
 use crate::layout::{DumpDir, TimeDirFormat};
 use chrono_tz::Tz;
@@ -61,7 +61,7 @@ pub struct StateSettings {
 #[derive(Debug, Clone)]
 pub struct DumpTask {
     pub name: TaskName,
-    pub topics: TopicSelector,
+    pub topics: TaskTopics,
     pub start_offset: StartOffset,
     pub interval: Duration,
     pub store: StoreConfig,

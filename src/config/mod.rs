@@ -23,7 +23,9 @@ mod validate;
 pub use crate::cdc::{CdcOptions, OnMalformed};
 pub use crate::size::ByteSize;
 pub use dump::{DumpTask, StateMode, StateSettings, TimeSource};
-pub use kafka::{KafkaConfig, MskIam, OAuthClient, Sasl, SaslMechanism, SecurityProtocol, Tls};
+pub use kafka::{
+    ClientKind, KafkaConfig, MskIam, OAuthClient, Sasl, SaslMechanism, SecurityProtocol, Tls,
+};
 pub use overrides::RestoreOverrides;
 pub use replicate::{
     never_replicated, Alias, Direction, GroupSync, ProduceCompression, ReplicateTask, TargetNaming,
@@ -33,7 +35,7 @@ pub use restore::{Partitioning, RestoreConfig, TopicNaming, BROKER_DEFAULT_REPLI
 pub use s3_options::{AssumeRole, CannedAcl, ObjectOptions, Sse, StorageClass};
 pub use secret::{expand, ExpandError, Secret};
 pub use store::{Credentials, RegionSource, S3Region, S3Settings, StoreConfig, StoreUrl};
-pub use task::{StartOffset, TaskName, TopicSelector};
+pub use task::{StartOffset, TaskName, TaskTopics, TopicSelector};
 pub use tier::{TierConfig, TierTls};
 
 use crate::layout::DumpDir;

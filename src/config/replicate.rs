@@ -1,6 +1,6 @@
 //! A `type = "replicate"` task as validated: which topics go between which clusters, how.
 
-use super::{KafkaConfig, StartOffset, TaskName, TopicSelector};
+use super::{KafkaConfig, StartOffset, TaskName, TaskTopics};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
@@ -109,7 +109,7 @@ pub struct ReplicateTask {
     pub local_alias: Alias,
     pub peer_alias: Alias,
     pub peer: KafkaConfig,
-    pub topics: TopicSelector,
+    pub topics: TaskTopics,
     /// Consumer/producer pipelines per direction in this process.
     pub pipelines: u32,
     pub naming: TargetNaming,

@@ -160,7 +160,7 @@ pub fn render_report(origin: &str, c: &Config, region: Option<&S3Region>) -> Str
     let _ = writeln!(
         o,
         "tasks: {} of at most {}",
-        c.tasks.len(),
+        c.tasks.len() + c.replicate.len(),
         c.limits.max_tasks
     );
     for t in &c.tasks {
@@ -219,6 +219,25 @@ pub fn render_report(origin: &str, c: &Config, region: Option<&S3Region>) -> Str
                 t.state.interval.as_secs()
             ),
         };
+    }
+    for t in &c.replicate {
+        let naming = match &t.naming {
+            crate::config::TargetNaming::Identity => "same names".to_string(),
+            crate::config::TargetNaming::Rename => "renamed <source alias>.<topic>".to_string(),
+            crate::config::TargetNaming::Map(m) => format!("{} mapped", m.len()),
+        };
+        let _ = writeln!(
+            o,
+            "  - {} (replicate {}, local {:?}, peer {:?} at {} ({})): topics {} from {}, {naming}",
+            t.name,
+            t.direction.as_str(),
+            t.local_alias.as_str(),
+            t.peer_alias.as_str(),
+            t.peer.bootstrap_servers.join(","),
+            t.peer.security_protocol.as_str(),
+            t.topics,
+            t.start_offset.as_str(),
+        );
     }
     if let Some(r) = &c.restore {
         let replicas = r

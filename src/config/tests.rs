@@ -354,6 +354,85 @@ fn properties_that_break_dump_and_replicate_guarantees_are_refused_with_the_reas
     assert!(load(&ok).is_ok());
 }
 
+/// `consumer.`, `producer.` and `admin.` keys reach only that kind of client, and go
+/// through the owned-property guard like unprefixed ones, with the same reason.
+#[test]
+fn prefixed_properties_reach_one_client_kind_and_are_guarded() {
+    let c = load(
+        "[kafka.properties]\n\"fetch.wait.max.ms\" = 100\n\"consumer.fetch.wait.max.ms\" = 50\n\"consumer.fetch.min.bytes\" = 1024\n\"producer.linger.ms\" = 10\n\"admin.socket.timeout.ms\" = 9000\n",
+    )
+    .unwrap();
+    let of = |kind| -> Vec<(String, String)> {
+        c.kafka
+            .properties_for(kind)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let pairs = |p: &[(&str, &str)]| -> Vec<(String, String)> {
+        p.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    // The prefixed value comes after the unprefixed one, so it wins where both are set.
+    assert_eq!(
+        of(ClientKind::Consumer),
+        pairs(&[
+            ("fetch.wait.max.ms", "100"),
+            ("fetch.min.bytes", "1024"),
+            ("fetch.wait.max.ms", "50")
+        ])
+    );
+    assert_eq!(
+        of(ClientKind::Producer),
+        pairs(&[("fetch.wait.max.ms", "100"), ("linger.ms", "10")])
+    );
+    assert_eq!(
+        of(ClientKind::Admin),
+        pairs(&[("fetch.wait.max.ms", "100"), ("socket.timeout.ms", "9000")])
+    );
+    let with_task = "[[tasks]]\nname = \"dump1\"\ntopics = [\"a\"]\n";
+    for (prefixed, plain) in [
+        ("consumer.isolation.level", "isolation.level"),
+        ("producer.enable.idempotence", "enable.idempotence"),
+        ("admin.bootstrap.servers", "bootstrap.servers"),
+        ("consumer.group.id", "group.id"),
+    ] {
+        let found = issues(&format!(
+            "[kafka.properties]\n\"{prefixed}\" = \"x\"\n{with_task}"
+        ));
+        let unprefixed = issues(&format!(
+            "[kafka.properties]\n\"{plain}\" = \"x\"\n{with_task}"
+        ));
+        assert_eq!(found.len(), 1, "{prefixed}: {found:#?}");
+        assert_eq!(found[0].key, format!("kafka.properties.\"{prefixed}\""));
+        assert_eq!(found[0].message, unprefixed[0].message, "{prefixed}");
+    }
+    // A replicate peer's prefixed properties too.
+    let found = issues(&replicate(
+        "",
+        "[tasks.peer.properties]\n\"producer.transactional.id\" = \"x\"\n",
+    ));
+    assert!(
+        has(
+            &found,
+            "tasks[0].peer.properties.\"producer.transactional.id\"",
+            "managed by strata"
+        ),
+        "{found:#?}"
+    );
+    // A prefix alone names nothing.
+    let found = issues("[kafka.properties]\n\"consumer.\" = \"x\"\n");
+    assert!(
+        has(
+            &found,
+            "kafka.properties.\"consumer.\"",
+            "consumer.fetch.min.bytes"
+        ),
+        "{found:#?}"
+    );
+}
+
 #[test]
 fn a_file_without_tasks_keeps_restores_own_guard_for_producer_settings() {
     // [kafka] serves restore alone here: restore ignores these with a warning, as before.
@@ -1093,6 +1172,120 @@ fn a_dump_tasks_state_snapshots_are_configured_and_checked() {
     for key in ["tasks[0].state", "tasks[0].state_interval_secs"] {
         assert!(keys.contains(&key), "{key}: {found:#?}");
     }
+}
+
+#[test]
+fn secrets_come_from_files_named_in_the_report_by_path_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let pw = dir.path().join("kafka-password");
+    std::fs::write(&pw, "from-a-file-pw\n").unwrap();
+    let text = format!(
+        "[kafka]\nsecurity_protocol = \"SASL_PLAINTEXT\"\nsasl_mechanism = \"PLAIN\"\nusername = \"strata\"\npassword = \"${{file:{}}}\"\n",
+        pw.display()
+    );
+    let c = load(&text).unwrap();
+    let Some(Sasl::Password { password, .. }) = c.kafka.sasl.as_ref() else {
+        panic!("a password login: {:?}", c.kafka.sasl);
+    };
+    assert_eq!(password.expose(), "from-a-file-pw");
+    let report = render_report("test.toml", &c, None);
+    assert!(
+        report.contains(&format!("password <set, from file {}>", pw.display())),
+        "{report}"
+    );
+    assert!(!report.contains("from-a-file-pw"), "{report}");
+    assert!(!format!("{c:?}").contains("from-a-file-pw"));
+
+    // A file that cannot be read: an issue naming the key and the path, not the content.
+    let missing = dir.path().join("nope");
+    let found = issues(&format!(
+        "[store]\naccess_key = \"${{S3_ACCESS_KEY}}\"\nsecret_key = \"${{file:{}}}\"\n",
+        missing.display()
+    ));
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert_eq!(found[0].key, "store.secret_key");
+    assert!(
+        found[0].message.contains(&missing.display().to_string()),
+        "{found:#?}"
+    );
+}
+
+#[test]
+fn exclude_topics_leave_out_what_topics_or_topic_regex_select() {
+    let c = load(
+        "[[tasks]]\nname = \"orders-but-tmp\"\ntopic_regex = 'orders\\..+'\nexclude_topics = ['.*\\.tmp', 'orders\\.test-.*']\n",
+    )
+    .unwrap();
+    let t = &c.tasks[0].topics;
+    assert!(t.matches("orders.eu"));
+    for out in ["orders.eu.tmp", "orders.test-1", "payments.eu"] {
+        assert!(!t.matches(out), "{out}");
+    }
+    // Whole names: an exclusion matching part of a name leaves it in.
+    assert!(t.matches("orders.tmpfiles"));
+    assert_eq!(t.listed(), None);
+    assert_eq!(
+        t.to_string(),
+        "/orders\\..+/ except /.*\\.tmp/, /orders\\.test-.*/"
+    );
+    let report = render_report("test.toml", &c, None);
+    assert!(
+        report
+            .contains("orders-but-tmp: topics /orders\\..+/ except /.*\\.tmp/, /orders\\.test-.*/"),
+        "{report}"
+    );
+
+    // A list minus its exclusions.
+    let c = load("[[tasks]]\nname = \"listed\"\ntopics = [\"a\", \"a.tmp\", \"b\"]\nexclude_topics = ['.*\\.tmp']\n").unwrap();
+    assert_eq!(
+        c.tasks[0].topics.listed(),
+        Some(vec!["a".to_string(), "b".to_string()])
+    );
+
+    // Replicate tasks take them too.
+    let c = load(&replicate("exclude_topics = ['.*\\.tmp']", "")).unwrap();
+    assert!(c.replicate[0].topics.matches("orders"));
+    assert_eq!(c.replicate[0].topics.exclude.len(), 1);
+    let report = render_report("test.toml", &c, None);
+    assert!(
+        report.contains("mirror (replicate pull, local \"local\", peer \"east\" at peer:9094 (SASL_PLAINTEXT)): topics [orders] except /.*\\.tmp/"),
+        "{report}"
+    );
+}
+
+#[test]
+fn exclude_topics_that_leave_nothing_or_do_not_compile_are_refused() {
+    let found = issues(
+        "[[tasks]]\nname = \"nothing\"\ntopics = [\"a.tmp\", \"b.tmp\"]\nexclude_topics = ['.*\\.tmp']\n",
+    );
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        has(
+            &found,
+            "tasks[0].exclude_topics",
+            "leaves out every topic of topics (a.tmp, b.tmp)"
+        ),
+        "{found:#?}"
+    );
+    let found = issues(&replicate("exclude_topics = ['orders']", ""));
+    assert!(
+        has(&found, "tasks[0].exclude_topics", "leaves out every topic"),
+        "{found:#?}"
+    );
+    let found =
+        issues("[[tasks]]\nname = \"badre\"\ntopic_regex = 'a.*'\nexclude_topics = ['ok', 'x(']\n");
+    assert_eq!(found.len(), 1, "{found:#?}");
+    assert!(
+        has(
+            &found,
+            "tasks[0].exclude_topics",
+            "\"x(\" is not a valid regular expression"
+        ),
+        "{found:#?}"
+    );
+    // Two tasks writing the same place overlap only on topics both still read.
+    let apart = "[[tasks]]\nname = \"one-a\"\ntopics = [\"a\", \"b\"]\nexclude_topics = ['b']\n[[tasks]]\nname = \"two-b\"\ntopics = [\"a\", \"b\"]\nexclude_topics = ['a']\n";
+    assert!(load(apart).is_ok());
 }
 
 /// The keys of each SASL login kind: required ones named, another kind's refused, GSSAPI

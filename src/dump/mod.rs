@@ -28,6 +28,7 @@ pub use once::{Coverage, PartitionReport};
 use crate::config::Config;
 use crate::kafka::KafkaError;
 use crate::store::{ObjectStore, StoreError};
+use crate::telemetry::readiness::Part;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -286,6 +287,11 @@ pub async fn run_wrapped(
     if cfg.tasks.is_empty() {
         return Err(DumpError::NoTasks);
     }
+    let ready: Vec<_> = cfg
+        .tasks
+        .iter()
+        .map(|t| Part::register(format!("dump task {}", t.name)))
+        .collect();
     // Fail fast, before consuming anything, on what an operator must fix.
     let mut stores = Vec::new();
     for task in &cfg.tasks {
@@ -323,7 +329,7 @@ pub async fn run_wrapped(
     let rt = tokio::runtime::Handle::current();
     // Snapshots leave out the groups of this file's dump tasks (strata's own).
     let own: Vec<String> = cfg.tasks.iter().map(|t| t.name.to_string()).collect();
-    for (task, store) in cfg.tasks.iter().cloned().zip(stores) {
+    for ((task, store), ready) in cfg.tasks.iter().cloned().zip(stores).zip(ready) {
         let (tx, rt, task_stop, kafka) = (tx.clone(), rt.clone(), stop.clone(), cfg.kafka.clone());
         let snapshots = snapshot::Policy {
             groups: snapshot::GroupFilter {
@@ -337,6 +343,7 @@ pub async fn run_wrapped(
         let spawned = std::thread::Builder::new()
             .name(format!("dump-{name}"))
             .spawn(move || {
+                let part = ready.clone();
                 let result = task::run_task(task::TaskSetup {
                     kafka: &kafka,
                     task,
@@ -347,7 +354,9 @@ pub async fn run_wrapped(
                     opts,
                     stop: task_stop,
                     snapshots,
+                    ready,
                 });
+                part.ended(&result);
                 let _ = tx.send((name, result));
             });
         if let Err(e) = spawned {

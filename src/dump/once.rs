@@ -8,7 +8,7 @@
 //! owners die, until all are covered or the deadline passes.
 
 use super::Tp;
-use crate::config::KafkaConfig;
+use crate::config::{ClientKind, KafkaConfig};
 use crate::kafka::KafkaError;
 use crate::kafka::Reader;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -267,13 +267,13 @@ pub(super) struct Probe {
 
 impl Probe {
     pub fn new(k: &KafkaConfig, task: &str) -> Result<Self, KafkaError> {
-        let mut c = crate::kafka::client_config(k);
+        let mut c = crate::kafka::client_config(k, ClientKind::Consumer);
         c.set("group.id", format!("{task}.strata-once-probe"))
             .set("enable.auto.commit", "false")
             .set("enable.auto.offset.store", "false")
             .set("isolation.level", "read_committed")
             .set("enable.partition.eof", "true");
-        for (key, value) in &k.properties {
+        for (key, value) in k.properties_for(ClientKind::Consumer) {
             c.set(key, value);
         }
         let consumer = crate::kafka::reader(&c).map_err(|source| KafkaError::Client {

@@ -9,7 +9,7 @@ use super::requests::{Control, FactsAck};
 use super::sequencer::{PartitionFlags, UploadContext};
 use super::writer::ToWriter;
 use super::{DumpError, DumpOptions, Metrics, Tp};
-use crate::config::{DumpTask, KafkaConfig, TopicSelector};
+use crate::config::{DumpTask, KafkaConfig};
 use crate::kafka::source::{offset_of, Admit, Batch, Sink, Source};
 use crate::kafka::{refusal, KafkaError, Reader};
 use rdkafka::consumer::{CommitMode, Consumer};
@@ -74,6 +74,8 @@ pub(super) struct DumpSink {
     progress: super::progress::OnceProgress,
     in_flight: Arc<super::budget::ByteBudget>,
     buffered: Arc<AtomicUsize>,
+    /// Told the task runs at the first turn of the source (subscribed, writers started).
+    pub ready: Option<crate::telemetry::readiness::Part>,
 }
 
 fn kafka_err(servers: &str) -> impl Fn(rdkafka::error::KafkaError) -> DumpError + '_ {
@@ -131,6 +133,7 @@ impl DumpSink {
             ),
             in_flight,
             buffered,
+            ready: None,
         }
     }
 
@@ -378,9 +381,9 @@ impl DumpSink {
         }
         self.next_refresh = Instant::now() + self.task.topic_refresh;
         let c = src.consumer();
-        let wanted: Vec<String> = match &self.task.topics {
-            TopicSelector::List(l) => l.clone(),
-            TopicSelector::Regex(_) => {
+        let wanted: Vec<String> = match self.task.topics.listed() {
+            Some(l) => l,
+            None => {
                 let md = match c.fetch_metadata(None, Duration::from_secs(10)) {
                     Ok(md) => md,
                     Err(e) if !first => {
@@ -613,6 +616,9 @@ impl Sink for DumpSink {
     fn serve(&mut self, src: &mut Source) -> Result<bool, DumpError> {
         if self.ucx.fatal.is_set() {
             return Ok(true);
+        }
+        if let Some(part) = self.ready.take() {
+            part.running();
         }
         self.drain_stash();
         self.serve_controls(src);

@@ -7,7 +7,7 @@
 //! requires the state.
 
 use super::Tp;
-use crate::config::{KafkaConfig, TopicSelector};
+use crate::config::{ClientKind, KafkaConfig, TaskTopics};
 use crate::kafka::{servers, KafkaError};
 use crate::state::{GroupState, Occasion, Snapshot, TopicState, VERSION};
 use rdkafka::admin::{AdminClient, AdminOptions, ConfigSource, ResourceSpecifier};
@@ -51,13 +51,14 @@ type Layout = BTreeMap<String, (i32, i32)>;
 pub fn capture(
     k: &KafkaConfig,
     task: &str,
-    selector: &TopicSelector,
+    selector: &TaskTopics,
     groups: &GroupFilter,
     occasion: Occasion,
 ) -> Result<Snapshot, KafkaError> {
     let captured_at = chrono::Utc::now();
     let reader = crate::kafka::reader(
-        crate::kafka::client_config(k).set("isolation.level", "read_committed"),
+        crate::kafka::client_config(k, ClientKind::Consumer)
+            .set("isolation.level", "read_committed"),
     )
     .map_err(|source| KafkaError::Client {
         servers: servers(k),
@@ -137,7 +138,7 @@ fn topic_configs(
     if layout.is_empty() {
         return Ok(out);
     }
-    let settings = crate::kafka::client_config(k);
+    let settings = crate::kafka::client_config(k, ClientKind::Admin);
     let client_err = |source| KafkaError::Client {
         servers: servers(k),
         source,

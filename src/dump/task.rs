@@ -38,6 +38,8 @@ pub(super) struct TaskSetup<'a> {
     pub stop: Arc<AtomicBool>,
     /// How the task takes its cluster state snapshots.
     pub snapshots: Policy,
+    /// The task's part of `/readyz`: running once the source serves the sink.
+    pub ready: crate::telemetry::readiness::Part,
 }
 
 /// How much of the buffer budget librdkafka's prefetch queue may use.
@@ -181,6 +183,7 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
         in_flight.clone(),
         buffered,
     );
+    sink.ready = Some(s.ready);
     let outcome = src.run(&mut sink, &s.stop);
     let report = sink.targets.as_ref().map(Targets::report);
     sink.shut_down(&mut src);

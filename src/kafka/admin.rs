@@ -2,7 +2,7 @@
 //! watermarks. Used by dump (regex subscriptions, `--once`), restore (target topics) and tests.
 
 use super::{client_config, servers, KafkaError, Watch, ADMIN_TIMEOUT};
-use crate::config::KafkaConfig;
+use crate::config::{ClientKind, KafkaConfig};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::metadata::Metadata;
@@ -26,7 +26,7 @@ pub struct Admin {
 
 impl Admin {
     pub fn new(k: &KafkaConfig) -> Result<Self, KafkaError> {
-        let cfg = client_config(k);
+        let cfg = client_config(k, ClientKind::Admin);
         let err = |source| KafkaError::Client {
             servers: servers(k),
             source,

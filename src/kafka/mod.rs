@@ -8,7 +8,7 @@ pub mod msk_iam;
 pub mod refusal;
 pub mod source;
 
-use crate::config::{KafkaConfig, Sasl};
+use crate::config::{ClientKind, KafkaConfig, Sasl};
 use rdkafka::consumer::{Consumer, ConsumerContext};
 use rdkafka::error::KafkaResult;
 use rdkafka::{ClientConfig, TopicPartitionList};
@@ -68,8 +68,10 @@ pub enum KafkaError {
     },
 }
 
-/// librdkafka settings shared by every client strata creates.
-pub fn client_config(k: &KafkaConfig) -> ClientConfig {
+/// librdkafka settings of a client of `kind`: what every client shares, and the user's
+/// properties for that kind ([`KafkaConfig::properties_for`]). A mode that sets its own settings
+/// after these and wants the user's to win applies `properties_for` again after them.
+pub fn client_config(k: &KafkaConfig, kind: ClientKind) -> ClientConfig {
     let mut c = ClientConfig::new();
     c.set("bootstrap.servers", k.bootstrap_servers.join(","))
         .set(
@@ -129,7 +131,7 @@ pub fn client_config(k: &KafkaConfig) -> ClientConfig {
     if let Some(p) = &tls.key_password {
         c.set("ssl.key.password", p.expose());
     }
-    for (key, value) in &k.properties {
+    for (key, value) in k.properties_for(kind) {
         c.set(key, value);
     }
     c
@@ -154,7 +156,7 @@ pub fn reader(c: &ClientConfig) -> rdkafka::error::KafkaResult<Reader> {
 /// behind its JoinGroup, which the coordinator holds while the group rebalances (up to a dead
 /// member's session timeout), so the member itself cannot ask meanwhile.
 pub fn group_reader(k: &KafkaConfig, group: &str) -> Result<Reader, KafkaError> {
-    let mut c = client_config(k);
+    let mut c = client_config(k, ClientKind::Consumer);
     c.set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false");
@@ -240,7 +242,7 @@ oauth_extensions = { logicalCluster = "lkc-1", identityPoolId = "pool-2" }
             |k| (k == "SECRET").then(|| "s3cr3t".to_string()),
         )
         .unwrap();
-        let cc = client_config(&c.kafka);
+        let cc = client_config(&c.kafka, ClientKind::Consumer);
         assert_eq!(cc.get("sasl.mechanism"), Some("OAUTHBEARER"));
         assert_eq!(cc.get("sasl.oauthbearer.method"), Some("oidc"));
         assert_eq!(
@@ -268,7 +270,7 @@ oauth_extensions = { logicalCluster = "lkc-1", identityPoolId = "pool-2" }
             |_| None,
         )
         .unwrap();
-        let cc = client_config(&c.kafka);
+        let cc = client_config(&c.kafka, ClientKind::Consumer);
         assert_eq!(cc.get("sasl.mechanism"), Some("OAUTHBEARER"));
         assert_eq!(
             cc.get("sasl.oauthbearer.method"),
@@ -301,13 +303,41 @@ ssl_ca_location = "/ca.pem"
             |k| (k == "PW").then(|| "pw".to_string()),
         )
         .unwrap();
-        let cc = client_config(&c.kafka);
+        let cc = client_config(&c.kafka, ClientKind::Consumer);
         assert_eq!(cc.get("bootstrap.servers"), Some("a:1,b:2"));
         assert_eq!(cc.get("security.protocol"), Some("sasl_ssl"));
         assert_eq!(cc.get("sasl.mechanism"), Some("SCRAM-SHA-256"));
         assert_eq!(cc.get("sasl.password"), Some("pw"));
         assert_eq!(cc.get("ssl.ca.location"), Some("/ca.pem"));
         assert_eq!(cc.get("fetch.min.bytes"), Some("1000"));
+    }
+
+    #[test]
+    fn prefixed_properties_reach_only_their_client_kind() {
+        let c = Config::from_toml(
+            r#"[kafka]
+bootstrap_servers = "a:1"
+[kafka.properties]
+"socket.timeout.ms" = 30000
+"consumer.fetch.min.bytes" = 1000
+"producer.linger.ms" = 7
+"admin.socket.timeout.ms" = 9000
+"#,
+            "t",
+            |_| None,
+        )
+        .unwrap();
+        let consumer = client_config(&c.kafka, ClientKind::Consumer);
+        assert_eq!(consumer.get("fetch.min.bytes"), Some("1000"));
+        assert_eq!(consumer.get("linger.ms"), None);
+        assert_eq!(consumer.get("consumer.fetch.min.bytes"), None);
+        assert_eq!(consumer.get("socket.timeout.ms"), Some("30000"));
+        let producer = client_config(&c.kafka, ClientKind::Producer);
+        assert_eq!(producer.get("linger.ms"), Some("7"));
+        assert_eq!(producer.get("fetch.min.bytes"), None);
+        let admin = client_config(&c.kafka, ClientKind::Admin);
+        assert_eq!(admin.get("socket.timeout.ms"), Some("9000"));
+        assert_eq!(admin.get("linger.ms"), None);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use super::mm2::{Checkpoint, OffsetSync, SyncStore};
 use super::setup::FlowSetup;
-use crate::config::{GroupSync, KafkaConfig};
+use crate::config::{ClientKind, GroupSync, KafkaConfig};
 use crate::kafka::Reader;
 use crate::kafka::{client_config, Admin};
 use rdkafka::consumer::{CommitMode, Consumer};
@@ -67,7 +67,7 @@ fn read_to_end(c: &Reader, topic: &str, mut f: impl FnMut(&[u8], &[u8])) -> bool
 }
 
 fn reader(k: &KafkaConfig, topic: &str) -> Option<Reader> {
-    let mut cc = client_config(k);
+    let mut cc = client_config(k, ClientKind::Consumer);
     cc.set("enable.auto.commit", "false")
         .set("group.id", "strata.checkpoint-reader")
         .set("isolation.level", "read_committed");
@@ -161,7 +161,7 @@ impl<'a> Checkpointer<'a> {
         }) {
             return None;
         }
-        let producer = client_config(&setup.target)
+        let producer = client_config(&setup.target, ClientKind::Producer)
             .set("acks", "all")
             .create_with_context(crate::kafka::Watch::default())
             .ok()?;
@@ -311,7 +311,7 @@ impl<'a> Checkpointer<'a> {
 }
 
 fn group_client(k: &KafkaConfig, group: &str) -> Result<Reader, String> {
-    let mut cc = client_config(k);
+    let mut cc = client_config(k, ClientKind::Consumer);
     cc.set("group.id", group).set("enable.auto.commit", "false");
     crate::kafka::reader(&cc).map_err(|e| e.to_string())
 }

@@ -7,6 +7,7 @@ use super::{
     checkpoint, off_thread, pipeline, positions, topics, ReplicateError, ReplicateOptions,
 };
 use crate::kafka::Admin;
+use crate::telemetry::readiness::Part;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -32,10 +33,12 @@ pub(super) fn uncovered(
         .collect()
 }
 
+/// Runs a flow: its pipelines, its checkpointer, and the watch; `part` is told when all run.
 pub(super) async fn run(
     setup: Arc<FlowSetup>,
     opts: ReplicateOptions,
     stop: Arc<AtomicBool>,
+    part: &Part,
 ) -> Result<(), ReplicateError> {
     let flow_stop = Arc::new(AtomicBool::new(false));
     let mut threads = Vec::new();
@@ -67,7 +70,7 @@ pub(super) async fn run(
         checkpointer = Some(t);
     }
     let once = setup.once.is_some();
-    let result = watch(&setup, opts, &stop).await;
+    let result = watch(&setup, opts, &stop, part).await;
     flow_stop.store(true, Ordering::Relaxed);
     let (s, covered) = (setup.clone(), result.is_ok());
     let joined = tokio::task::spawn_blocking(move || {
@@ -100,9 +103,12 @@ async fn watch(
     setup: &Arc<FlowSetup>,
     opts: ReplicateOptions,
     stop: &AtomicBool,
+    part: &Part,
 ) -> Result<(), ReplicateError> {
     let source = Arc::new(Admin::new(&setup.source)?);
     let target = Arc::new(Admin::new(&setup.target)?);
+    // Both clusters were reached in the flow's setup, and its threads run.
+    part.running();
     let started = Instant::now();
     let mut next_refresh = Instant::now() + setup.task.topic_refresh;
     let mut last_records = 0u64;

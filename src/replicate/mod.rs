@@ -27,6 +27,7 @@ pub use naming::{is_cycle, never_replicated, target_topic, FlowNames, SOURCE_HEA
 
 use crate::config::{Config, Direction, SaslMechanism};
 use crate::kafka::KafkaError;
+use crate::telemetry::readiness::Part;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -160,13 +161,18 @@ pub async fn run(
             flows.push(Arc::new(setup));
         }
     }
+    let parts: Vec<_> = flows
+        .iter()
+        .map(|s| Part::register(format!("replicate task {} flow {}", s.task.name, s.flow())))
+        .collect();
     let mut handles = Vec::new();
-    for setup in &flows {
-        handles.push(tokio::spawn(control::run(
-            setup.clone(),
-            opts,
-            stop.clone(),
-        )));
+    for (setup, part) in flows.iter().zip(parts) {
+        let (setup, stop) = (setup.clone(), stop.clone());
+        handles.push(tokio::spawn(async move {
+            let result = control::run(setup, opts, stop, &part).await;
+            part.ended(&result);
+            result
+        }));
     }
     let mut first_error = None;
     for h in handles {

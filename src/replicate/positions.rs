@@ -4,7 +4,7 @@
 //! the task's parameters, written once at its first start. A position also notes how far the
 //! target partition reached, so a start can tell a recreated target (see `bookkeeping`).
 
-use crate::config::KafkaConfig;
+use crate::config::{ClientKind, KafkaConfig};
 use crate::kafka::Reader;
 use crate::kafka::{client_config, servers, KafkaError};
 use rdkafka::consumer::Consumer;
@@ -110,7 +110,7 @@ pub fn store(
         servers: servers(k),
         detail,
     };
-    let p: ThreadedProducer<crate::kafka::Watch> = client_config(k)
+    let p: ThreadedProducer<crate::kafka::Watch> = client_config(k, ClientKind::Producer)
         .set("acks", "all")
         .set("enable.idempotence", "true")
         .create_with_context(crate::kafka::Watch::default())

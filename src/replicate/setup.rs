@@ -9,7 +9,9 @@ use super::mm2::OffsetSync;
 use super::naming::{is_cycle, never_replicated, target_topic, FlowNames};
 use super::positions::{self, position_key, Positions, PARAMS_KEY};
 use super::{off_thread, topics, ReplicateError, ReplicateOptions, Summary};
-use crate::config::{KafkaConfig, ReplicateTask, StartOffset, TargetNaming, TopicSelector};
+use crate::config::{
+    ClientKind, KafkaConfig, ReplicateTask, StartOffset, TargetNaming, TaskTopics,
+};
 use crate::fatal::Fatal;
 use crate::kafka::Reader;
 use crate::kafka::Tp;
@@ -228,7 +230,7 @@ impl FlowSetup {
 
     /// A consumer of the target that reads only committed records (for the positions topic).
     pub fn positions_reader(&self) -> Result<Reader, ReplicateError> {
-        let mut c = client_config(&self.target);
+        let mut c = client_config(&self.target, ClientKind::Consumer);
         c.set("isolation.level", "read_committed")
             .set("enable.auto.commit", "false")
             .set("enable.partition.eof", "true")
@@ -243,12 +245,14 @@ impl FlowSetup {
 
     /// Where a partition with no stored position starts.
     pub fn start_offset(&self, tp: &Tp) -> Result<i64, ReplicateError> {
-        let c = crate::kafka::reader(&client_config(&self.source)).map_err(|source| {
-            ReplicateError::Kafka(KafkaError::Client {
-                servers: servers(&self.source),
-                source,
-            })
-        })?;
+        let c = crate::kafka::reader(&client_config(&self.source, ClientKind::Consumer)).map_err(
+            |source| {
+                ReplicateError::Kafka(KafkaError::Client {
+                    servers: servers(&self.source),
+                    source,
+                })
+            },
+        )?;
         let (low, high) = c
             .fetch_watermarks(&tp.topic, tp.partition, Duration::from_secs(30))
             .map_err(|e| {
@@ -328,7 +332,7 @@ pub(super) fn classify(task: &str, alias: &str, k: &KafkaConfig, e: KafkaError) 
 
 /// The source topics a task copies now, each with its target name (pure over the topic list).
 pub(super) fn select(
-    selector: &TopicSelector,
+    selector: &TaskTopics,
     naming: &TargetNaming,
     names: &FlowNames,
     listed: &[(String, i32)],
@@ -417,7 +421,7 @@ pub(super) fn params_diff(stored: &str, now: &str) -> Vec<String> {
 /// A read_committed reader of the flow's target (positions, and whether a partition holds
 /// records).
 fn target_reader(target: &KafkaConfig, names: &FlowNames) -> Result<Reader, KafkaError> {
-    let mut rc = client_config(target);
+    let mut rc = client_config(target, ClientKind::Consumer);
     rc.set("isolation.level", "read_committed")
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
@@ -579,7 +583,7 @@ impl OffsetSyncs {
     fn new(k: &KafkaConfig, topic: String, task: &str, flow: &str) -> Result<Self, ReplicateError> {
         // Idempotent: a retried batch must not land after later syncs (a sync below the newest
         // reads as a rewind of the source and voids the history before it).
-        let producer = client_config(k)
+        let producer = client_config(k, ClientKind::Producer)
             .set("acks", "all")
             .set("enable.idempotence", "true")
             .set("linger.ms", "20")
@@ -665,7 +669,7 @@ impl Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Alias;
+    use crate::config::{Alias, TopicSelector};
 
     fn names() -> FlowNames {
         FlowNames {
@@ -685,7 +689,7 @@ mod tests {
             ("west.orders".to_string(), 3),
             ("clicks".to_string(), 1),
         ];
-        let all = TopicSelector::Regex(regex::Regex::new("^(?:.*)$").unwrap());
+        let all = TaskTopics::all(TopicSelector::Regex(regex::Regex::new("^(?:.*)$").unwrap()));
         let got = select(&all, &TargetNaming::Rename, &names(), &listed);
         let pairs: Vec<(&str, &str)> = got
             .iter()
@@ -701,7 +705,7 @@ mod tests {
         assert!(got
             .iter()
             .any(|r| r.source == "west.orders" && r.target == "west.orders"));
-        let list = TopicSelector::List(vec!["orders".into()]);
+        let list = TaskTopics::all(TopicSelector::List(vec!["orders".into()]));
         let got = select(&list, &TargetNaming::Identity, &names(), &listed);
         assert_eq!(
             got,
@@ -711,6 +715,14 @@ mod tests {
                 partitions: 3
             }]
         );
+        // Exclusions leave out what the selection matched.
+        let but_orders = TaskTopics {
+            exclude: vec![regex::Regex::new("^(?:ord.*)$").unwrap()],
+            ..all
+        };
+        let got = select(&but_orders, &TargetNaming::Identity, &names(), &listed);
+        let sources: Vec<&str> = got.iter().map(|r| r.source.as_str()).collect();
+        assert_eq!(sources, ["clicks", "west.orders"]);
     }
 
     #[test]

@@ -17,6 +17,7 @@ use super::positions::{self, position_key, Position};
 use super::setup::FlowSetup;
 use super::unacked::{Run, Unacked};
 use super::ReplicateError;
+use crate::config::ClientKind;
 use crate::kafka::source::{Batch, Tp};
 use crate::kafka::{client_config, servers, KafkaError};
 use rdkafka::client::ClientContext;
@@ -337,7 +338,7 @@ struct Worker<'a> {
 impl Worker<'_> {
     fn producer(&self) -> Result<ThreadedProducer<Deliveries>, ReplicateError> {
         let s = self.setup;
-        let mut pc = client_config(&s.target);
+        let mut pc = client_config(&s.target, ClientKind::Producer);
         pc.set("compression.type", s.task.compression.as_str())
             // With transactions, 5 ms had librdkafka's broker threads spend most of a copy's CPU
             // polling; 20 ms costs far less at the same latency (bench/README.md, Replicate).
@@ -366,7 +367,7 @@ impl Worker<'_> {
                 TXN_TIMEOUT.as_millis().to_string(),
             );
         }
-        for (k, v) in &s.target.properties {
+        for (k, v) in s.target.properties_for(ClientKind::Producer) {
             pc.set(k, v);
         }
         pc.create_with_context(Deliveries::default())

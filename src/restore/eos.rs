@@ -8,7 +8,7 @@
 //! the producers of a killed one and aborts their open transactions before reading markers.
 
 use super::RestoreError;
-use crate::config::KafkaConfig;
+use crate::config::{ClientKind, KafkaConfig};
 use crate::format::Record;
 use crate::kafka::{client_config, servers, Admin};
 use rdkafka::consumer::Consumer;
@@ -96,7 +96,7 @@ pub fn read_markers(
         servers: servers(k),
         detail: format!("reading {PROGRESS_TOPIC}: {detail}"),
     };
-    let mut c = client_config(k);
+    let mut c = client_config(k, ClientKind::Consumer);
     c.set(
         "group.id",
         format!("strata-restore-reader-{}", uuid::Uuid::new_v4()),

@@ -5,7 +5,7 @@
 //! Deliveries are counted per *slot*: each worker owns one slot and has one object in flight at
 //! a time, so it can wait until every record of its object is acknowledged (or failed).
 
-use crate::config::KafkaConfig;
+use crate::config::{ClientKind, KafkaConfig};
 use crate::format::Record;
 use crate::kafka::{client_config, servers, KafkaError};
 use rdkafka::client::ClientContext;
@@ -126,7 +126,7 @@ impl RestoreProducer {
         slots: usize,
         transactional: Option<(&str, Duration)>,
     ) -> Result<Self, KafkaError> {
-        let mut c: ClientConfig = client_config(k);
+        let mut c: ClientConfig = client_config(k, ClientKind::Producer);
         c.set("enable.idempotence", "true")
             .set("acks", "all")
             .set("partitioner", "murmur2_random")
@@ -135,8 +135,8 @@ impl RestoreProducer {
             .set("queue.buffering.max.kbytes", "65536")
             // Archived records may be as large as the source cluster allowed.
             .set("message.max.bytes", "67108864");
-        for (key, value) in &k.properties {
-            if GUARDED.contains(&key.as_str()) {
+        for (key, value) in k.properties_for(ClientKind::Producer) {
+            if GUARDED.contains(&key) {
                 tracing::warn!(property = %key, "kafka.properties cannot change this producer setting; restore needs idempotent, acks=all, murmur2 partitioning");
             } else {
                 c.set(key, value);

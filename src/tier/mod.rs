@@ -19,7 +19,7 @@ mod manifest;
 mod offset_index;
 mod protocol;
 mod socket;
-mod stats;
+pub(crate) mod stats;
 mod upload;
 
 pub use api::HANDOFF;
@@ -225,8 +225,8 @@ fn tls_acceptor(tls: &crate::config::TierTls) -> Result<tokio_rustls::TlsAccepto
 /// Serves the bridge API on `cfg.tier.listen` (and the Unix socket in `tier.socket_dir`) until
 /// `stop` is set. Refuses to start without a usable secret, log dirs, TLS files or socket dir.
 pub async fn serve(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), TierError> {
-    stats::describe();
     let t = &cfg.tier;
+    let part = crate::telemetry::readiness::Part::register("tier");
     let secret = auth::SharedSecret::load(t.secret_file.as_deref().ok_or(TierError::NoSecret)?)?;
     let tls = t.tls.as_ref().map(tls_acceptor).transpose()?;
     let store = crate::store::open(&cfg.store)
@@ -263,6 +263,8 @@ pub async fn serve(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), TierError>
         copies_by_path = !t.log_dirs.is_empty(),
         "strata tier serving the broker bridge"
     );
+    // The store check passed and both listeners are bound.
+    part.running();
     let stopped = || {
         let stop = stop.clone();
         async move {
@@ -310,6 +312,7 @@ pub async fn serve(cfg: &Config, stop: Arc<AtomicBool>) -> Result<(), TierError>
     flush.abort();
     api::flush_refusal_warnings();
     drop(unix);
+    part.set(crate::telemetry::readiness::State::Finished);
     tracing::info!("strata tier stopped");
     Ok(())
 }

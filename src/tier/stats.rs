@@ -1,4 +1,5 @@
 //! Tier metrics (Prometheus names; labels carry only operation names, never keys or secrets).
+//! Their HELP texts are in `telemetry::catalog`.
 
 use std::future::Future;
 use std::time::Instant;
@@ -13,45 +14,6 @@ pub const STORE_SECONDS: &str = "strata_tier_store_seconds";
 pub const ERRORS: &str = "strata_tier_errors_total";
 pub const REJECTED: &str = "strata_tier_rejected_total";
 pub const CLEANED: &str = "strata_tier_incomplete_uploads_removed_total";
-
-/// Registers help texts; call once at start.
-pub fn describe() {
-    metrics::describe_counter!(
-        BYTES_COPIED,
-        "Segment bytes (log and indexes) read from the broker's files and stored"
-    );
-    metrics::describe_counter!(BYTES_FETCHED, "Segment bytes served to the broker");
-    metrics::describe_counter!(
-        BYTES_HANDED_OFF,
-        "Of those, bytes the bridge read from cache files named in a handoff answer"
-    );
-    metrics::describe_counter!(
-        CACHE_HITS,
-        "Chunk reads answered by the chunk cache or by a load already running"
-    );
-    metrics::describe_counter!(
-        CACHE_MISSES,
-        "Chunk reads that had to fetch the chunk from the object store"
-    );
-    metrics::describe_counter!(
-        PREFETCHES,
-        "Chunk fetches started ahead of a sequential reader"
-    );
-    metrics::describe_histogram!(
-        STORE_SECONDS,
-        metrics::Unit::Seconds,
-        "Object store request latency by operation"
-    );
-    metrics::describe_counter!(ERRORS, "Failed bridge requests by operation");
-    metrics::describe_counter!(
-        REJECTED,
-        "Requests refused before any work: reason auth, content_type, too_large, slow_body, bad_request, or busy (a concurrency cap)"
-    );
-    metrics::describe_counter!(
-        CLEANED,
-        "Incomplete uploads (and staging files) a crash left behind, removed at start"
-    );
-}
 
 pub fn copied(bytes: u64) {
     metrics::counter!(BYTES_COPIED).increment(bytes);

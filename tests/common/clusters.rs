@@ -79,7 +79,7 @@ pub async fn wait_for_partitions(admin: &strata::kafka::Admin, name: &str, parti
 }
 
 pub fn producer_for(k: &KafkaConfig) -> FutureProducer {
-    strata::kafka::client_config(k)
+    strata::kafka::client_config(k, strata::config::ClientKind::Producer)
         .set("linger.ms", "5")
         .set("enable.idempotence", "true")
         .create()
@@ -99,7 +99,7 @@ pub fn read_committed(k: &KafkaConfig, topic: &str) -> Vec<Record> {
         .partition_count(topic)
         .expect("metadata")
         .unwrap_or_else(|| panic!("topic {topic} does not exist"));
-    let c: BaseConsumer = strata::kafka::client_config(k)
+    let c: BaseConsumer = strata::kafka::client_config(k, strata::config::ClientKind::Consumer)
         .set("group.id", unique("reader"))
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")

@@ -528,7 +528,7 @@ pub fn committed_offsets_on(
     partitions: i32,
 ) -> Vec<i64> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
-    let c: BaseConsumer = strata::kafka::client_config(k)
+    let c: BaseConsumer = strata::kafka::client_config(k, strata::config::ClientKind::Consumer)
         .set("group.id", group)
         .create()
         .expect("consumer");

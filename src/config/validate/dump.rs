@@ -13,7 +13,7 @@ pub(super) fn task(
     let before = cx.issues.len();
     let key = |f: &str| format!("{k}.{f}");
     let name = tasks::name(cx, k, &raw.name);
-    let topics = topic_selector(cx, k, &raw.topics, &raw.topic_regex, true);
+    let topics = task_topics(cx, k, &raw.topics, &raw.topic_regex, &raw.exclude_topics);
     let start_offset = start_offset(cx, k, &raw.start_offset);
     let interval = interval(cx, k, raw.dump_interval_secs);
     let store = task_store(cx, k, &raw.bucket, store);
@@ -266,10 +266,11 @@ pub(super) fn check_overlaps(cx: &mut Ctx<'_>, tasks: &[DumpTask]) {
     for (i, a) in tasks.iter().enumerate() {
         for b in &tasks[i + 1..] {
             let same_place = a.store.url == b.store.url && a.directory == b.directory;
-            let shared = match (&a.topics, &b.topics) {
-                (TopicSelector::List(x), TopicSelector::List(y)) => {
-                    x.iter().find(|t| y.contains(t)).cloned()
-                }
+            let shared = match (&a.topics.select, &b.topics.select) {
+                (TopicSelector::List(x), TopicSelector::List(y)) => x
+                    .iter()
+                    .find(|t| y.contains(t) && a.topics.matches(t) && b.topics.matches(t))
+                    .cloned(),
                 (x, y) if x == y => Some(x.to_string()),
                 _ => None,
             };

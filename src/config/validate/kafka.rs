@@ -517,7 +517,8 @@ fn tls(cx: &mut Ctx<'_>, table: &str, raw: &RawKafka, protocol: SecurityProtocol
     tls
 }
 
-/// `[<table>.properties]`: extra librdkafka properties as strings, strata's own refused.
+/// `[<table>.properties]`: extra librdkafka properties as strings, strata's own refused, with
+/// or without a client kind's prefix (`consumer.isolation.level` like `isolation.level`).
 fn properties(
     cx: &mut Ctx<'_>,
     table: &str,
@@ -527,7 +528,26 @@ fn properties(
     let mut properties = BTreeMap::new();
     for (k, v) in raw {
         let pkey = format!("{table}.properties.\"{k}\"");
-        if let Some(why) = refused_property(k, clients) {
+        let name = match ClientKind::of_key(k) {
+            Some((kind, "")) => {
+                let example = match kind {
+                    ClientKind::Consumer => "fetch.min.bytes",
+                    ClientKind::Producer => "linger.ms",
+                    ClientKind::Admin => "socket.timeout.ms",
+                };
+                cx.push(
+                    pkey,
+                    format!(
+                        "names no property after \"{p}\"; write e.g. \"{p}{example}\"",
+                        p = kind.prefix()
+                    ),
+                );
+                continue;
+            }
+            Some((_, name)) => name,
+            None => k.as_str(),
+        };
+        if let Some(why) = refused_property(name, clients) {
             cx.push(pkey, why);
             continue;
         }

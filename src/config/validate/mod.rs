@@ -87,11 +87,11 @@ impl Ctx<'_> {
 
     fn secret(&mut self, key: &str, v: &Option<String>) -> Option<Secret> {
         let raw = v.as_ref()?;
-        let vars = secret::variables(raw);
-        let origin = if vars.is_empty() {
+        let sources = secret::sources(raw);
+        let origin = if sources.is_empty() {
             "inline".to_string()
         } else {
-            format!("from ${{{}}}", vars.join("}, ${"))
+            format!("from {}", sources.join(", "))
         };
         self.text(key, v).map(|s| Secret::new(s, origin))
     }
@@ -355,6 +355,47 @@ fn topic_selector(
             None
         }
     }
+}
+
+/// A dump or replicate task's `topics` or `topic_regex`, minus `exclude_topics`.
+fn task_topics(
+    cx: &mut Ctx<'_>,
+    k: &str,
+    list: &Option<Vec<String>>,
+    regex: &Option<String>,
+    exclude: &Option<Vec<String>>,
+) -> Option<TaskTopics> {
+    let select = topic_selector(cx, k, list, regex, true);
+    let key = format!("{k}.exclude_topics");
+    let mut patterns = Vec::new();
+    for r in exclude.iter().flatten() {
+        match regex::Regex::new(&format!("^(?:{r})$")) {
+            Ok(re) => patterns.push(re),
+            Err(e) => {
+                let detail = e.to_string().lines().last().unwrap_or_default().to_string();
+                cx.push(
+                    &key,
+                    format!("{r:?} is not a valid regular expression ({detail})"),
+                );
+            }
+        }
+    }
+    let topics = TaskTopics {
+        select: select?,
+        exclude: patterns,
+    };
+    if let (Some(left), TopicSelector::List(all)) = (topics.listed(), &topics.select) {
+        if left.is_empty() && !all.is_empty() {
+            cx.push(
+                key,
+                format!(
+                    "leaves out every topic of topics ({}): the task would read nothing; remove the exclusion or the topics it matches",
+                    all.join(", ")
+                ),
+            );
+        }
+    }
+    Some(topics)
 }
 
 /// A directory of the archive (`directory`, `tier.prefix`), `default` when unset.

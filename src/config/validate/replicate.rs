@@ -111,9 +111,9 @@ fn peer(cx: &mut Ctx<'_>, k: &str, raw: Option<&RawPeer>) -> (Option<Alias>, Opt
 }
 
 /// Like a dump task's, but internal topics are never replicated.
-fn topics(cx: &mut Ctx<'_>, k: &str, raw: &RawReplicateTask) -> Option<TopicSelector> {
-    let topics = topic_selector(cx, k, &raw.topics, &raw.topic_regex, true);
-    if let Some(TopicSelector::List(list)) = &topics {
+fn topics(cx: &mut Ctx<'_>, k: &str, raw: &RawReplicateTask) -> Option<TaskTopics> {
+    let topics = task_topics(cx, k, &raw.topics, &raw.topic_regex, &raw.exclude_topics);
+    if let Some(TopicSelector::List(list)) = topics.as_ref().map(|t| &t.select) {
         for t in list.iter().filter(|t| crate::config::never_replicated(t)) {
             cx.push(format!("{k}.topics"), format!("{t:?} is an internal topic (a name starting with \"__\" or ending in \"internal\"); those are never replicated"));
         }

@@ -56,7 +56,7 @@ pub(super) fn store(cx: &mut Ctx<'_>, raw: RawStore) -> StoreConfig {
     let access_key = cx.secret("store.access_key", &raw.access_key);
     let secret_key = cx.secret("store.secret_key", &raw.secret_key);
     let session_token = cx.secret("store.session_token", &raw.session_token);
-    if session_token.is_some() && (access_key.is_none() || secret_key.is_none()) {
+    if raw.session_token.is_some() && (raw.access_key.is_none() || raw.secret_key.is_none()) {
         cx.push(
             "store.session_token",
             "belongs to temporary keys: set store.access_key and store.secret_key with it (or \
@@ -71,6 +71,9 @@ pub(super) fn store(cx: &mut Ctx<'_>, raw: RawStore) -> StoreConfig {
             session_token,
         },
         (None, None) => Credentials::DefaultChain,
+        // A key that is written but could not be expanded has its own issue already.
+        (Some(_), None) if raw.secret_key.is_some() => Credentials::DefaultChain,
+        (None, Some(_)) if raw.access_key.is_some() => Credentials::DefaultChain,
         (Some(_), None) => {
             cx.push("store.secret_key", "is missing while store.access_key is set; set both, or neither to use the AWS default credential chain");
             Credentials::DefaultChain

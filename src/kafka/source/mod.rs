@@ -11,7 +11,7 @@ pub use batch::{Batch, BATCH_BYTES};
 pub use context::{AssignmentChange, LagOf, SourceContext};
 
 use super::{client_config, servers, KafkaError};
-use crate::config::KafkaConfig;
+use crate::config::{ClientKind, KafkaConfig};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -107,7 +107,7 @@ pub struct Settings {
 
 /// Creates the source's consumer.
 fn consumer(k: &KafkaConfig, s: &Settings) -> Result<BaseConsumer<SourceContext>, KafkaError> {
-    let mut c = client_config(k);
+    let mut c = client_config(k, ClientKind::Consumer);
     c.set("group.id", &s.group)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
@@ -127,7 +127,7 @@ fn consumer(k: &KafkaConfig, s: &Settings) -> Result<BaseConsumer<SourceContext>
     for (key, value) in &s.tuning {
         c.set(*key, value);
     }
-    for (key, value) in &k.properties {
+    for (key, value) in k.properties_for(ClientKind::Consumer) {
         c.set(key, value);
     }
     let mut cx = SourceContext::measuring(&s.task, s.lag);
