@@ -817,7 +817,13 @@ fn containerfile_is_multistage_non_root_and_ships_the_linked_libraries() {
         .filter(|(op, a)| op == "RUN" && a.contains("apt-get install"))
         .map(|(_, a)| a.clone())
         .collect();
-    for pkg in ["libssl-dev", "pkg-config", "build-essential", "cmake"] {
+    for pkg in [
+        "libssl-dev",
+        "libcurl4-openssl-dev",
+        "pkg-config",
+        "build-essential",
+        "cmake",
+    ] {
         assert!(
             build_install.contains(pkg),
             "the build stage lacks {pkg}: {build_install}"
@@ -828,15 +834,28 @@ fn containerfile_is_multistage_non_root_and_ships_the_linked_libraries() {
         "{runtime_install}"
     );
 
-    // What the binary links, by the Debian package that has it in the slim image or must add it.
-    let ldd = run_ok(Command::new("ldd").arg(strata_bin()));
-    for line in String::from_utf8_lossy(&ldd.stdout).lines() {
-        let lib = line.split_whitespace().next().unwrap_or_default();
+    // What the binary links itself (its NEEDED entries; a package brings what its libraries
+    // link), by the Debian package that has it in the slim image or must add it.
+    let elf = run_ok(Command::new("readelf").arg("-d").arg(strata_bin()));
+    let needed: Vec<String> = String::from_utf8_lossy(&elf.stdout)
+        .lines()
+        .filter(|l| l.contains("(NEEDED)"))
+        .filter_map(|l| Some(l.split('[').nth(1)?.trim_end_matches(']').to_string()))
+        .collect();
+    assert!(
+        needed.iter().any(|l| l.starts_with("libc.so")),
+        "readelf names what strata links: {needed:?}"
+    );
+    for line in &needed {
+        let lib = line.as_str();
         let package = match lib.split(".so").next().unwrap_or_default() {
-            "linux-vdso" | "/lib64/ld-linux-x86-64" | "libc" | "libm" | "libdl" | "libpthread"
-            | "librt" | "libgcc_s" => continue, // libc6 and libgcc-s1: in debian:*-slim
+            "ld-linux-x86-64" | "libc" | "libm" | "libdl" | "libpthread" | "librt" | "libgcc_s" => {
+                continue // libc6 and libgcc-s1: in debian:*-slim
+            }
             "libssl" | "libcrypto" => "libssl3",
             "libz" => "zlib1g",
+            // librdkafka's OIDC token requests (OAUTHBEARER).
+            "libcurl" => "libcurl4",
             other => panic!(
                 "strata links {other} ({line}): add its Debian package to the final stage of deploy/container/Containerfile and to this map"
             ),
