@@ -2,14 +2,16 @@
 //!
 //! Contract: records of a source partition are produced in their original offset order with
 //! their key, value, headers and timestamp; an archive object is checkpointed only after Kafka
-//! acknowledged all its records, so a resumed restore re-sends at most the one object per
-//! source partition that was in flight (none with `exactly_once`, which uses transactions).
+//! acknowledged all its records, together with where each landed (the exact offset map), so a
+//! resumed restore re-sends at most the one object per source partition that was in flight
+//! (none with `exactly_once`, which uses transactions).
 //!
 //! Flow: listing → [`plan`] (pure) → decode (`format`) → [`produce`] → [`checkpoint`].
 
 pub mod checkpoint;
 mod dry_run;
 pub mod eos;
+pub mod offset_map;
 pub mod plan;
 pub mod produce;
 pub mod progress;
@@ -273,12 +275,18 @@ pub async fn run(
         let timeout = produce::transaction_timeout(largest, cfg.rate_limit_bytes_per_sec);
         let (producers, markers) = eos_setup(cfg, &fingerprint, timeout).await?;
         for (object, m) in markers {
+            let map = m
+                .map
+                .map(|(partition, ranges)| (cfg.naming.target(&m.topic), partition, ranges));
             checkpoint.mark(
                 &object,
-                checkpoint::Finished { records: m.records },
-                &m.topic,
-                m.partition,
-                m.last_offset,
+                checkpoint::Done {
+                    topic: m.topic,
+                    partition: m.partition,
+                    records: m.records,
+                    last_offset: m.last_offset,
+                    map,
+                },
             );
         }
         eos_producers = Some(producers);
