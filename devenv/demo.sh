@@ -4,8 +4,10 @@
 #   1. creates the topic demo.cdc.orders (3 partitions) unless it exists,
 #   2. produces ~2000 change-data-capture records into it (JSON arrays of row changes keyed by
 #      the primary key, with a few at-least-once duplicates and tombstones) with kcat,
-#   3. runs `strata dump --once --config config/demo.toml` (two tasks: jsonl and gzip'd text),
-#   4. prints the objects written, the first records of one jsonl object and a summary.
+#   3. runs `strata dump --once --config config/demo.toml` (three tasks: jsonl, gzip'd text and
+#      CDC tables in Parquet),
+#   4. prints the objects written, the first records of one jsonl object, a few text lines,
+#   5. queries the CDC tables with DuckDB (when it is installed), and prints a summary.
 # Running it again produces new records; the dump resumes from the offsets it committed, so only
 # the new records are archived. State: the archive in .dev/demo-archive, the generator's counters
 # in .dev/demo, the dump log in .dev/logs/demo-dump.log.

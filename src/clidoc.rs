@@ -30,7 +30,7 @@ pub fn completion_path(shell: Shell, name: &str) -> Option<PathBuf> {
 /// The exit codes every page of the command documents (docs/operations.md has the details).
 const EXIT_STATUS: &[(&str, &str)] = &[
     ("0", "success: a --once run whose every partition is covered, a graceful stop, a finished restore"),
-    ("1", "failure at run time: Kafka or the store unreachable or refusing, a task failed, data left unstored at shutdown"),
+    ("1", "failure at run time: Kafka or the store unreachable or refusing, a task failed, data left unstored at shutdown; archive verify found problems"),
     ("2", "invalid configuration or usage: every problem of the file is listed with its key"),
     ("3", "dump --once: the deadline passed with partitions not covered; run it again"),
     ("4", "dump --once: retention deleted records before they were archived (see allow_retention_gaps)"),

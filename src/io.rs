@@ -2,8 +2,8 @@
 //! (the `file://` store, the format's output pieces, the tier cache).
 
 /// Largest single `write` to a local file: one write of a few MiB costs many times the kernel
-/// time per byte of 256 KiB writes on the page cache of the VMs measured (`dd` of 1 GiB: 8 s of
-/// system time in 4 MiB writes, 0.3 s in 256 KiB ones), so big buffers go down in pieces.
+/// time per byte of 256 KiB writes on the page cache of the VMs measured (bench/README.md,
+/// Tier), so big buffers go down in pieces.
 pub const WRITE_PIECE: usize = 256 << 10;
 
 /// Writes all of `data` to a local file in [`WRITE_PIECE`]s.

@@ -5,6 +5,7 @@
 //! (the storage companion of brokers' tiered storage). `kafka::source` is the one consumer
 //! loop under dump and replicate.
 
+pub mod archive;
 pub mod cdc;
 pub mod clidoc;
 pub mod config;

@@ -19,10 +19,10 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// buffers (librdkafka fetches, Parquet row groups) stay in the normal arenas, reused after a
 /// free, instead of going to the oversize arena that unmaps them at once and faults them in
 /// again for the next fetch; freed pages go back to the system after about 3 s (jemalloc's 10 s
-/// kept a restore's decoded objects around: 0.9-1.0 GB of RSS instead of 0.7), returned by
-/// jemalloc's own thread: purged inline, on allocator calls, about one 1 GiB dump in five gave
-/// back the fetch buffers as fast as they were freed and faulted every received byte in again
-/// (1.3 GB of page faults, a third more CPU).
+/// kept a restore's decoded objects around), returned by jemalloc's own thread: purged inline,
+/// on allocator calls, about one 1 GiB dump in five gave back the fetch buffers as fast as they
+/// were freed and faulted every received byte in again (bench/README.md has the figures: Restore,
+/// and "Allocator purging and unsigned payloads").
 #[unsafe(export_name = "malloc_conf")]
 static MALLOC_CONF: &[u8; 64] =
     b"oversize_threshold:0,dirty_decay_ms:3000,background_thread:true\0";
@@ -87,6 +87,11 @@ enum Command {
         /// not covered.
         #[arg(long, value_name = "SECS", default_value_t = 600, requires = "once")]
         once_deadline: u64,
+        /// Write the run's metrics to this file at its end, in the Prometheus text format (the
+        /// node exporter's textfile collector), with strata_dump_last_success_timestamp_seconds
+        /// per task kept across failed runs.
+        #[arg(long, value_name = "PATH")]
+        metrics_file: Option<PathBuf>,
     },
     /// Copy topics between the local cluster and a peer cluster (type = "replicate" tasks),
     /// exactly once, with MirrorMaker 2's offset syncs and checkpoints.
@@ -115,6 +120,9 @@ enum Command {
     },
     /// Replay archived objects back into Kafka (flags override the config file).
     Restore(Box<RestoreArgs>),
+    /// List, verify or prune what dump archived (S3 or file://).
+    #[command(subcommand)]
+    Archive(ArchiveCommand),
     /// Serve the Kafka tiered-storage bridge (RemoteStorageManager) on this host.
     Tier {
         #[arg(long, short)]
@@ -208,6 +216,104 @@ struct RestoreArgs {
     no_topic_configs: bool,
 }
 
+/// `strata archive` commands.
+#[derive(Subcommand)]
+enum ArchiveCommand {
+    /// Per topic and partition: archived offset ranges, what lies between them and why, objects,
+    /// records, bytes and record times; the state snapshots. Reads no archive object.
+    Ls {
+        #[command(flatten)]
+        at: ArchiveAt,
+        /// Also one line per object.
+        #[arg(long)]
+        objects: bool,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Read every object (or a sample) end to end: size and CRC-32C against its seal, every
+    /// record decoded; coverage against the state snapshots. Exit 1 naming each problem.
+    Verify {
+        #[command(flatten)]
+        at: ArchiveAt,
+        /// Read only this share of the objects (0-100), the same ones every run.
+        #[arg(long, value_name = "PERCENT", value_parser = percent)]
+        sample: Option<f64>,
+        /// Check coverage against every snapshot, not only each task's newest.
+        #[arg(long)]
+        all_snapshots: bool,
+        /// Objects read at once.
+        #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=256))]
+        concurrency: u16,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove, per partition, the oldest objects whose records are all older than TIME, their
+    /// seals, and the snapshots no longer needed. A dry run unless --apply.
+    Prune {
+        #[command(flatten)]
+        at: ArchiveAt,
+        /// RFC 3339 time, a date (midnight UTC), or an age such as 90d, 36h, 30m.
+        #[arg(long, value_name = "TIME")]
+        before: String,
+        /// Remove what is listed (default: only list it).
+        #[arg(long)]
+        apply: bool,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Where the archive is: a dump task of a config file, or a URL and a directory (as restore).
+#[derive(clap::Args)]
+struct ArchiveAt {
+    /// Config file; without it, `file://./strata-archive` unless --source says otherwise.
+    #[arg(long, short)]
+    config: Option<PathBuf>,
+    /// The dump task of the config file whose bucket and directory to read (a file with one
+    /// dump task uses it without this flag); prune checks its group's committed offsets.
+    #[arg(long, value_name = "NAME")]
+    task: Option<String>,
+    /// Archive location: `s3://bucket/prefix` or `file:///path` (S3 settings stay from [store]).
+    #[arg(long, value_name = "URL")]
+    source: Option<String>,
+    /// Dump directory inside the archive location.
+    #[arg(long, value_name = "DIR")]
+    directory: Option<String>,
+    /// Only these topics, comma separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "A,B",
+        conflicts_with = "topic_regex"
+    )]
+    topics: Option<Vec<String>>,
+    /// Only topics matching this regular expression.
+    #[arg(long, value_name = "RE")]
+    topic_regex: Option<String>,
+}
+
+impl ArchiveAt {
+    fn args(&self) -> strata::archive::LocationArgs {
+        strata::archive::LocationArgs {
+            task: self.task.clone(),
+            source: self.source.clone(),
+            directory: self.directory.clone(),
+            topics: self.topics.clone(),
+            topic_regex: self.topic_regex.clone(),
+        }
+    }
+}
+
+fn percent(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        _ => Err(format!("{s:?} is not a percentage from 0 to 100")),
+    }
+}
+
 impl RestoreArgs {
     fn overrides(&self) -> strata::config::RestoreOverrides {
         strata::config::RestoreOverrides {
@@ -248,6 +354,40 @@ fn start_logging(cfg: &Config, arg: Option<LogFormatArg>) -> anyhow::Result<()> 
 }
 
 /// What every long-running mode starts with: logs, metrics, and a stop flag set by signals.
+/// Runs the dump tasks and reports their end; the exit code.
+async fn dump(cfg: &Config, opts: strata::dump::DumpOptions, stop: Arc<AtomicBool>) -> u8 {
+    let summaries = match strata::dump::run(cfg, opts, stop).await {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("dump failed: {e}");
+            eprintln!("error: dump failed: {e}");
+            return e.exit_code();
+        }
+    };
+    for s in &summaries {
+        tracing::info!(task = %s.task, objects = s.objects, records = s.records, bytes = s.bytes, "done");
+        if s.cdc.messages > 0 {
+            let c = &s.cdc;
+            tracing::info!(task = %s.task, messages = c.messages, changes = c.changes, repeats = c.repeats, malformed = c.malformed, verbatim = c.verbatim, "CDC tables");
+        }
+        for p in &s.partitions {
+            tracing::info!(task = %s.task, topic = %p.topic, partition = p.partition, from = p.from, to = p.to, covered_by = p.coverage.as_str(), "partition");
+        }
+        for g in &s.gaps {
+            tracing::warn!(task = %s.task, topic = %g.topic, partition = g.partition, from = g.from, to = g.to - 1, "offsets deleted by retention before they were archived");
+        }
+        if opts.once {
+            eprintln!("{}", s.line());
+        }
+    }
+    if let Err(e) = strata::dump::check_gaps(cfg, opts, &summaries) {
+        tracing::error!("dump incomplete: {e}");
+        eprintln!("error: {e}");
+        return e.exit_code();
+    }
+    0
+}
+
 async fn start_mode(
     cfg: &Config,
     log_format: Option<LogFormatArg>,
@@ -332,6 +472,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             config,
             once,
             once_deadline,
+            metrics_file,
         } => {
             let cfg = match load(&config) {
                 Ok(c) => c,
@@ -342,33 +483,20 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 once,
                 once_deadline: std::time::Duration::from_secs(once_deadline),
             };
-            let summaries = match strata::dump::run(&cfg, opts, stop).await {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::error!("dump failed: {e}");
-                    eprintln!("error: dump failed: {e}");
-                    return Ok(ExitCode::from(e.exit_code()));
-                }
-            };
-            for s in &summaries {
-                tracing::info!(task = %s.task, objects = s.objects, records = s.records, bytes = s.bytes, "done");
-                if s.cdc.messages > 0 {
-                    let c = &s.cdc;
-                    tracing::info!(task = %s.task, messages = c.messages, changes = c.changes, repeats = c.repeats, malformed = c.malformed, verbatim = c.verbatim, "CDC tables");
-                }
-                for p in &s.partitions {
-                    tracing::info!(task = %s.task, topic = %p.topic, partition = p.partition, from = p.from, to = p.to, covered_by = p.coverage.as_str(), "partition");
-                }
-                for g in &s.gaps {
-                    tracing::warn!(task = %s.task, topic = %g.topic, partition = g.partition, from = g.from, to = g.to - 1, "offsets deleted by retention before they were archived");
+            let code = dump(&cfg, opts, stop).await;
+            if code == 0 {
+                strata::dump::mark_success(&cfg);
+            }
+            if let Some(path) = metrics_file {
+                if let Err(e) = strata::telemetry::write_metrics_file(&path) {
+                    eprintln!(
+                        "error: cannot write the metrics file {}: {e}",
+                        path.display()
+                    );
+                    return Ok(ExitCode::from(code.max(1)));
                 }
             }
-            if let Err(e) = strata::dump::check_gaps(&cfg, opts, &summaries) {
-                tracing::error!("dump incomplete: {e}");
-                eprintln!("error: {e}");
-                return Ok(ExitCode::from(e.exit_code()));
-            }
-            Ok(ExitCode::SUCCESS)
+            Ok(ExitCode::from(code))
         }
         Command::Replicate {
             config,
@@ -457,6 +585,7 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Archive(cmd) => archive(cmd, cli.log_format).await,
         Command::TierSecret { file } => {
             if let Err(e) = strata::tier::auth::write_new_secret(&file) {
                 eprintln!(
@@ -510,10 +639,95 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `strata archive ls|verify|prune`: resolve the archive, run, print (exit 1 when verify found
+/// problems, 2 for a bad location).
+async fn archive(
+    cmd: ArchiveCommand,
+    log_format: Option<LogFormatArg>,
+) -> anyhow::Result<ExitCode> {
+    let at = match &cmd {
+        ArchiveCommand::Ls { at, .. }
+        | ArchiveCommand::Verify { at, .. }
+        | ArchiveCommand::Prune { at, .. } => at,
+    };
+    let settings = match strata::archive::Settings::load(at.config.as_deref(), &at.args()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let format = match log_format {
+        Some(LogFormatArg::Json) => LogFormat::Json,
+        Some(LogFormatArg::Human) => LogFormat::Human,
+        None => settings.telemetry.log_format,
+    };
+    strata::telemetry::init_logging(format, &settings.telemetry.log_level)?;
+    let before = match &cmd {
+        ArchiveCommand::Prune { before, .. } => {
+            match strata::archive::parse_time(before, chrono::Utc::now()) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return Ok(ExitCode::from(2));
+                }
+            }
+        }
+        _ => None,
+    };
+    let a = strata::archive::Archive::open(settings).await?;
+    let print =
+        |json: bool, text: String, value: serde_json::Result<String>| -> anyhow::Result<()> {
+            if json {
+                println!("{}", value?);
+            } else {
+                print!("{text}");
+            }
+            Ok(())
+        };
+    match cmd {
+        ArchiveCommand::Ls { objects, json, .. } => {
+            let l = strata::archive::list(&a, objects).await?;
+            print(json, l.to_string(), serde_json::to_string_pretty(&l))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        ArchiveCommand::Verify {
+            sample,
+            all_snapshots,
+            concurrency,
+            json,
+            ..
+        } => {
+            let opts = strata::archive::VerifyOptions {
+                sample_percent: sample,
+                all_snapshots,
+                concurrency: usize::from(concurrency),
+                progress_bar: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            };
+            let r = strata::archive::verify(&a, opts).await?;
+            print(json, r.to_string(), serde_json::to_string_pretty(&r))?;
+            Ok(if r.ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+        ArchiveCommand::Prune { apply, json, .. } => {
+            let Some(before) = before else {
+                return Ok(ExitCode::from(2));
+            };
+            let r =
+                strata::archive::prune(&a, strata::archive::PruneOptions { before, apply }).await?;
+            print(json, r.to_string(), serde_json::to_string_pretty(&r))?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
 /// `strata tier` runs for months and serves chunks that come and go at the pace of the traffic.
 /// Its threads share one jemalloc arena whose freed pages go back after 1 s: under load a freed
 /// chunk buffer is reused at once instead of being returned and faulted in again (handing pages
-/// back at once cost over half of its CPU on cold reads, bench/README.md), and with one arena the
+/// back at once was much of its CPU on cold reads: bench/README.md, Tier), and with one arena the
 /// pages kept are one working set, not one per thread, so RSS stays near its cache and the
 /// chunks in flight, and goes back there when idle (tests/tier.rs checks both). Called before any
 /// other thread exists.

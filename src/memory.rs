@@ -17,7 +17,7 @@ const SAMPLE: Duration = Duration::from_millis(20);
 const MIN_GAP: Duration = Duration::from_millis(100);
 /// Longest time between two releases while live memory alone is over the limit (memory outside
 /// the budget, such as CDC repeat windows): releasing every 100 ms then only made the process
-/// fault its pages in again (a CDC dump: 37 releases, 370,000 page faults, 15 % more CPU).
+/// fault its pages in again (bench/README.md, "CDC tables").
 const MAX_GAP: Duration = Duration::from_secs(5);
 /// Memory this process holds outside its buffer budget (CDC repeat windows), in bytes: the
 /// governor's limit grows by it, or it would hand free pages back over and over only to have

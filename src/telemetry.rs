@@ -54,6 +54,61 @@ pub fn init_logging(format: LogFormat, level: &str) -> Result<(), TelemetryError
     Ok(())
 }
 
+/// The recorder's handle, once installed: what `/metrics` and a metrics file render.
+static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
+
+/// The gauge a scheduled run sets when it succeeds, per task; a metrics file keeps a task's
+/// last value through failed runs, so an alert on its age fires when backups stop.
+pub const LAST_SUCCESS: &str = "strata_dump_last_success_timestamp_seconds";
+
+/// Writes the process's metrics in the Prometheus text format to `path`, for the node
+/// exporter's textfile collector: to a temporary file beside it, then renamed over it, so the
+/// collector never reads half a file. Values of [`LAST_SUCCESS`] that the previous file held for
+/// tasks this run did not set are kept.
+pub fn write_metrics_file(path: &std::path::Path) -> std::io::Result<()> {
+    let Some(handle) = HANDLE.get() else {
+        return Err(std::io::Error::other("no metrics recorder is installed"));
+    };
+    let now = handle.render();
+    let kept = std::fs::read_to_string(path)
+        .map(|old| carried(&old, &now))
+        .unwrap_or_default();
+    let mut text = now;
+    if !kept.is_empty() {
+        if !text.contains(&format!("# TYPE {LAST_SUCCESS} ")) {
+            text.push_str(&format!("# TYPE {LAST_SUCCESS} gauge\n"));
+        }
+        text.push_str(&kept);
+    }
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(std::path::Path::new("."));
+    let tmp = dir.join(format!(
+        ".{}.tmp-{}",
+        path.file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("metrics"),
+        std::process::id()
+    ));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&tmp);
+    })
+}
+
+/// The [`LAST_SUCCESS`] lines of an older file whose labels the new text lacks (pure).
+fn carried(old: &str, new: &str) -> String {
+    old.lines()
+        .filter(|l| l.starts_with(&format!("{LAST_SUCCESS}{{")))
+        .filter(|l| {
+            let labels = l.split_once('}').map(|(a, _)| a).unwrap_or(l);
+            !new.lines().any(|n| n.starts_with(labels))
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
 /// Latency buckets (seconds) shared by upload and fetch histograms.
 const BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -69,6 +124,7 @@ pub async fn install_metrics(cfg: &TelemetryConfig) -> Result<Option<SocketAddr>
     if metrics::set_global_recorder(recorder).is_err() {
         return Ok(None);
     }
+    let _ = HANDLE.set(handle.clone());
     let upkeep = handle.clone();
     tokio::spawn(async move {
         loop {
@@ -113,4 +169,23 @@ async fn serve(listener: tokio::net::TcpListener, handle: PrometheusHandle) {
         std::future::pending(),
     )
     .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_metrics_file_keeps_the_last_success_of_tasks_that_failed_since() {
+        let old = format!(
+            "# TYPE {LAST_SUCCESS} gauge\n{LAST_SUCCESS}{{task=\"a\"}} 100\n{LAST_SUCCESS}{{task=\"b\"}} 200\nother_metric 1\n"
+        );
+        // This run: task a succeeded again, b failed.
+        let new = format!("{LAST_SUCCESS}{{task=\"a\"}} 300\n");
+        assert_eq!(
+            carried(&old, &new),
+            format!("{LAST_SUCCESS}{{task=\"b\"}} 200\n")
+        );
+        assert_eq!(carried("", &new), "");
+    }
 }

@@ -367,6 +367,45 @@ fn tier_secret_writes_a_private_secret_once() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), secret, "kept");
 }
 
+/// A JVM given a dev log4j2 config without `-Dstrata.logs.dir` (a broker started by hand) wrote
+/// its log into a directory literally named `${sys:strata.logs.dir}`, and one was committed: every
+/// `${sys:...}` lookup of those configs has a default, except the JVM's own properties.
+#[test]
+fn dev_log4j_configs_never_name_a_directory_after_a_missing_property() {
+    let devenv = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("devenv");
+    let mut checked = 0;
+    let mut problems = Vec::new();
+    for dir in std::fs::read_dir(&devenv).unwrap() {
+        let dir = dir.unwrap().path();
+        for file in std::fs::read_dir(&dir).into_iter().flatten() {
+            let path = file.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if !(name.contains("log4j2") && name.ends_with(".properties")) {
+                continue;
+            }
+            checked += 1;
+            let text = std::fs::read_to_string(&path).unwrap();
+            for (at, _) in text.match_indices("${sys:") {
+                let rest = &text[at + "${sys:".len()..];
+                let end = rest.find(['}', ':']).unwrap_or(rest.len());
+                let property = &rest[..end];
+                if !property.starts_with("java.") && !rest[end..].starts_with(":-") {
+                    problems.push(format!("{}: ${{sys:{property}}}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(
+        checked >= 3,
+        "the dev log4j2 configs were not found under {devenv:?}"
+    );
+    assert!(
+        problems.is_empty(),
+        "lookups without a default:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
 /// The markdown files whose links are checked: the README, docs/, and the READMEs of bench/ and
 /// the bridge.
 fn doc_files(root: &std::path::Path) -> Vec<std::path::PathBuf> {

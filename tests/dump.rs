@@ -841,15 +841,24 @@ async fn once_runs_store_the_topics_definitions_and_the_groups_positions() {
     dump_once(&toml).await;
     let store = FsStore::new(root.path().to_path_buf());
     let dir = strata::layout::DumpDir::parse("d").unwrap();
-    let listed = strata::state::list(&store, &dir, Some(&task)).await.unwrap();
-    assert_eq!(listed.len(), 2, "a snapshot at the start and one at the end: {listed:?}");
+    let listed = strata::state::list(&store, &dir, Some(&task))
+        .await
+        .unwrap();
+    assert_eq!(
+        listed.len(),
+        2,
+        "a snapshot at the start and one at the end: {listed:?}"
+    );
     let first = strata::state::read(&store, &listed[0].2).await.unwrap();
     let last = strata::state::read(&store, &listed[1].2).await.unwrap();
     assert_eq!(first.occasion, strata::state::Occasion::Start);
     assert_eq!(last.occasion, strata::state::Occasion::End);
     let t = last.topic(&topic).expect("the archived topic is described");
     assert_eq!((t.partitions, t.replication_factor), (2, 1));
-    assert_eq!(t.configs.get("retention.ms").map(String::as_str), Some("604800001"));
+    assert_eq!(
+        t.configs.get("retention.ms").map(String::as_str),
+        Some("604800001")
+    );
     assert_eq!(t.watermarks, vec![(0, 25), (0, 25)]);
     let g = last
         .groups
@@ -865,4 +874,62 @@ async fn once_runs_store_the_topics_definitions_and_the_groups_positions() {
         "the task's own group is strata's, not a reader to restore"
     );
     assert!(last.missing.is_empty(), "{:?}", last.missing);
+}
+
+/// A scheduled run writes its metrics for the node exporter's textfile collector, with the
+/// time of its last success, which a failed run keeps; each run ends with one summary line.
+#[tokio::test(flavor = "multi_thread")]
+async fn once_writes_a_metrics_file_whose_last_success_outlives_failures() {
+    let topic = unique("metrics-file");
+    create_topic(&topic, 1).await;
+    produce(&sample_records(&topic, 30, 1, base_ts())).await;
+    let root = tempfile::tempdir().unwrap();
+    let task = unique("metrics-task");
+    let cfg = root.path().join("strata.toml");
+    let write = |topic: &str| {
+        std::fs::write(
+            &cfg,
+            format!(
+                "{}{}",
+                file_toml(&root.path().join("archive")),
+                task_toml(&task, topic, "format = \"jsonl\"")
+            ),
+        )
+        .unwrap()
+    };
+    let file = root.path().join("strata.prom");
+    let run = || {
+        std::process::Command::new(strata_bin())
+            .args(["dump", "--once", "--once-deadline", "60", "--metrics-file"])
+            .arg(&file)
+            .arg("--config")
+            .arg(&cfg)
+            .output()
+            .unwrap()
+    };
+    write(&topic);
+    let out = run();
+    let text = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("task {task}: 30 records, 1 objects")),
+        "one summary line: {text}"
+    );
+    let metrics = std::fs::read_to_string(&file).unwrap();
+    let line = format!("strata_dump_last_success_timestamp_seconds{{task=\"{task}\"}} ");
+    let first = metrics
+        .lines()
+        .find(|l| l.starts_with(&line))
+        .unwrap_or_else(|| panic!("no last success in {metrics}"))
+        .to_string();
+    assert!(
+        metrics.contains("strata_dump_records_written_total"),
+        "{metrics}"
+    );
+    // The next run fails (its topic is gone): the time of the last success stays.
+    write(&unique("no-such-topic"));
+    let out = run();
+    assert_eq!(out.status.code(), Some(1));
+    let metrics = std::fs::read_to_string(&file).unwrap();
+    assert!(metrics.lines().any(|l| l == first), "{metrics}");
 }

@@ -113,7 +113,8 @@ async fn requests_the_store_rejects_fail_at_once_with_the_answer() {
     assert!(!e.is_transient(), "{e}");
     let msg = e.to_string();
     assert!(
-        msg.contains("KeyTooLongError") && msg.contains("dump.dir"),
+        msg.contains("KeyTooLongError")
+            && msg.contains("the prefix of store.url, tasks[].directory"),
         "{msg}"
     );
 }

@@ -2,7 +2,7 @@
 //! validation, so flags and file go through one validation path. A problem with a value that
 //! came from a flag is reported under the flag's name (`--from: ...`), not the TOML key.
 
-use super::raw::{RawConfig, RawKafka, RawRestore, RawStore, StringList};
+use super::raw::{RawConfig, RawDumpTask, RawKafka, RawRestore, RawStore, RawTask, StringList};
 use super::{validate, Config, ConfigError, Issue};
 use std::path::Path;
 
@@ -147,8 +147,7 @@ fn adopt_dump_task(
     name: Option<&str>,
     location_flag: bool,
 ) -> Result<(), Issue> {
-    let is_dump = |t: &&super::raw::RawTask| t.kind.as_deref().is_none_or(|k| k == "dump");
-    let dumps: Vec<&super::raw::RawTask> = raw.tasks.iter().filter(is_dump).collect();
+    let dumps: Vec<&RawDumpTask> = raw.tasks.iter().filter_map(RawTask::as_dump).collect();
     let (task, force) = match name {
         Some(n) => match dumps.iter().find(|t| t.name.as_deref() == Some(n)) {
             Some(t) => (*t, true),

@@ -160,6 +160,22 @@ pub fn render_report(origin: &str, c: &Config, region: Option<&S3Region>) -> Str
                 ""
             },
         );
+        let groups = t
+            .state
+            .groups
+            .as_ref()
+            .map_or("every group but strata's own".to_string(), |r| {
+                format!("groups matching {}", r.as_str())
+            });
+        let _ = match t.state.mode {
+            crate::config::StateMode::Off => writeln!(o, "    state snapshots: off"),
+            m => writeln!(
+                o,
+                "    state snapshots ({}): at the start and end of --once runs, every {} s otherwise; {groups}",
+                m.as_str(),
+                t.state.interval.as_secs()
+            ),
+        };
     }
     if let Some(r) = &c.restore {
         let replicas = r

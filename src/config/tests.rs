@@ -964,3 +964,130 @@ fn cdc_options_parse_into_types_and_refuse_what_cannot_work() {
         "{k:?}"
     );
 }
+
+#[test]
+fn a_replicate_tasks_unknown_keys_get_a_did_you_mean() {
+    let found = issues(&replicate("directon = \"push\"\n", "alais = \"west\"\n"));
+    assert!(
+        has(
+            &found,
+            "tasks[0].directon",
+            "unknown key; did you mean \"direction\"?"
+        ),
+        "{found:#?}"
+    );
+    assert!(
+        has(
+            &found,
+            "tasks[0].peer.alais",
+            "unknown key; did you mean \"alias\"?"
+        ),
+        "{found:#?}"
+    );
+    assert_eq!(found.len(), 2, "{found:#?}");
+}
+
+#[test]
+fn an_unknown_task_type_is_reported_alone() {
+    let found = issues(&replicate("", "").replace("type = \"replicate\"", "type = \"mirror\""));
+    assert_eq!(
+        found,
+        vec![Issue {
+            key: "tasks[0].type".into(),
+            message: "\"mirror\" is not a task type; use \"dump\" or \"replicate\"".into(),
+        }]
+    );
+}
+
+#[test]
+fn type_errors_in_tasks_give_the_line() {
+    for (text, line) in [
+        (
+            "[[tasks]]\nname = \"dumper\"\ntopics = [\"a\"]\ndump_interval_secs = \"soon\"\n",
+            "line 4",
+        ),
+        (
+            "[[tasks]]\nname = \"dumper\"\ntopics = [\"a\"]\ntype = 7\n",
+            "line 4",
+        ),
+        (&replicate("tasks = \"two\"\n", "") as &str, "line 6"),
+    ] {
+        let err = load(text).unwrap_err().to_string();
+        assert!(
+            err.contains(line) && err.contains("invalid type"),
+            "{line}: {err}"
+        );
+    }
+}
+
+#[test]
+fn every_declared_key_is_read_by_its_struct() {
+    use super::raw::{RawPeer, TASK_TYPES};
+    use super::validate::*;
+    // No key takes both a date and a number: each key alone with one of them must fail to
+    // parse. A key its struct does not read (a serde rename) would land among the unknown
+    // keys, be taken as known (it is listed), and pass with either.
+    let peer_keys = [RawPeer::KEYS, KAFKA_KEYS].concat();
+    let mut tables: Vec<(String, &[&str])> = vec![
+        (String::new(), TOP_KEYS),
+        ("[kafka]\n".into(), KAFKA_KEYS),
+        ("[store]\n".into(), STORE_KEYS),
+        ("[limits]\n".into(), LIMITS_KEYS),
+        ("[telemetry]\n".into(), TELEMETRY_KEYS),
+        ("[restore]\n".into(), RESTORE_KEYS),
+        ("[restore.kafka]\n".into(), KAFKA_KEYS),
+        ("[tier]\n".into(), TIER_KEYS),
+        ("[[tasks]]\n[tasks.cdc]\n".into(), CDC_KEYS),
+        (
+            "[[tasks]]\ntype = \"replicate\"\n[tasks.peer]\n".into(),
+            &peer_keys,
+        ),
+        ("[[tasks]]\n".into(), &["type"]),
+    ];
+    for (kind, keys) in TASK_TYPES {
+        tables.push((format!("[[tasks]]\ntype = \"{kind}\"\n"), keys));
+    }
+    for (header, keys) in &tables {
+        assert!(!keys.is_empty(), "{header}");
+        for key in *keys {
+            let refused = ["1979-05-27T07:32:00Z", "1"].map(|value| {
+                let text = format!("{header}{key} = {value}\n");
+                matches!(load(&text), Err(ConfigError::Syntax { .. }))
+            });
+            assert!(refused.contains(&true), "{header}{key}: read nowhere");
+        }
+    }
+}
+
+#[test]
+fn a_dump_tasks_state_snapshots_are_configured_and_checked() {
+    let c = load("[[tasks]]\nname = \"nightly\"\ntopics = [\"t\"]\n").unwrap();
+    let s = &c.tasks[0].state;
+    assert_eq!(s.mode, StateMode::BestEffort);
+    assert_eq!(
+        s.interval,
+        Duration::from_secs(defaults::STATE_INTERVAL_SECS)
+    );
+    assert!(s.groups.is_none());
+    let c = load(
+        "[[tasks]]\nname = \"nightly\"\ntopics = [\"t\"]\nstate = \"required\"\nstate_interval_secs = 120\ngroups_regex = 'app-.*'\n",
+    )
+    .unwrap();
+    let s = &c.tasks[0].state;
+    assert_eq!(
+        (s.mode, s.interval),
+        (StateMode::Required, Duration::from_secs(120))
+    );
+    let r = s.groups.as_ref().unwrap();
+    assert!(
+        r.is_match("app-1") && !r.is_match("my-app-1"),
+        "whole names"
+    );
+    let found = issues(
+        "[[tasks]]\nname = \"nightly\"\ntopics = [\"t\"]\nstate = \"sometimes\"\nstate_interval_secs = 5\ngroups_regex = '('\n",
+    );
+    let keys: Vec<&str> = found.iter().map(|i| i.key.as_str()).collect();
+    for key in ["tasks[0].state", "tasks[0].state_interval_secs"] {
+        assert!(keys.contains(&key), "{key}: {found:#?}");
+    }
+}

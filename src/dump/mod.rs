@@ -12,11 +12,12 @@ mod budget;
 pub(crate) mod index;
 mod once;
 pub mod params;
+mod progress;
 mod requests;
 pub mod roll;
 mod sequencer;
 mod sink;
-pub(crate) mod snapshot;
+pub mod snapshot;
 pub(crate) mod start;
 mod task;
 mod upload;
@@ -43,6 +44,38 @@ pub struct Summary {
     pub partitions: Vec<PartitionReport>,
     /// Offsets retention deleted before they were archived, found by this run.
     pub gaps: Vec<GapReport>,
+}
+
+impl Summary {
+    /// The run in one line: what a scheduled job's log shows.
+    pub fn line(&self) -> String {
+        let count = |c: Coverage| self.partitions.iter().filter(|p| p.coverage == c).count();
+        format!(
+            "task {}: {} records, {} objects, {:.1} MiB; partitions: {} this run, {} another member, {} nothing new, {} not covered{}",
+            self.task,
+            self.records,
+            self.objects,
+            self.bytes as f64 / (1 << 20) as f64,
+            count(Coverage::ThisRun),
+            count(Coverage::OtherMember),
+            count(Coverage::NothingNew),
+            count(Coverage::NotCovered),
+            if self.gaps.is_empty() {
+                String::new()
+            } else {
+                format!("; {} retention gaps", self.gaps.len())
+            }
+        )
+    }
+}
+
+/// Sets each task's [`crate::telemetry::LAST_SUCCESS`] gauge to now: the run archived what it
+/// was asked to.
+pub fn mark_success(cfg: &Config) {
+    let now = chrono::Utc::now().timestamp_millis() as f64 / 1000.0;
+    for t in &cfg.tasks {
+        metrics::gauge!(crate::telemetry::LAST_SUCCESS, "task" => t.name.to_string()).set(now);
+    }
 }
 
 /// Offsets `from..to` (end exclusive) of a partition that retention deleted before they were
@@ -294,11 +327,11 @@ pub async fn run_wrapped(
         let (tx, rt, task_stop, kafka) = (tx.clone(), rt.clone(), stop.clone(), cfg.kafka.clone());
         let snapshots = snapshot::Policy {
             groups: snapshot::GroupFilter {
-                regex: None,
+                regex: task.state.groups.clone(),
                 own: own.clone(),
             },
-            required: false,
-            interval: Some(std::time::Duration::from_secs(300)),
+            mode: task.state.mode,
+            interval: task.state.interval,
         };
         let name = task.name.to_string();
         let spawned = std::thread::Builder::new()

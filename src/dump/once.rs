@@ -173,6 +173,19 @@ impl Targets {
         }
     }
 
+    /// Records (offsets) still to go to the targets of partitions not covered yet.
+    pub fn to_go(&self, committed: &TopicPartitionList) -> u64 {
+        self.parts
+            .iter()
+            .filter(|(_, t)| t.covered.is_none())
+            .map(|(tp, t)| {
+                let at =
+                    offset_of(committed, &tp.topic, tp.partition).map_or(t.from, |c| c.max(t.from));
+                (t.to - at).max(0) as u64
+            })
+            .sum()
+    }
+
     /// Partitions held by someone else that are due for a probe: `(tp, committed, target)`.
     pub fn due_for_probe(
         &mut self,

@@ -308,7 +308,7 @@ impl Sequencer {
             Ok(Some(e)) => self.moved(e),
             Ok(None) => {}
             Err(e) => {
-                tracing::debug!(task = %self.cx.task, topic = %self.tp.topic, partition = self.tp.partition, error = %e, "checking an object against the archive failed; checked again before it is stored")
+                tracing::debug!(task = %self.cx.task, topic = %self.tp.topic, partition = self.tp.partition, error = %e, "checking an object against the archive failed; checked again before it is made visible")
             }
         }
     }

@@ -68,6 +68,10 @@ pub(super) struct DumpSink {
     metrics: Arc<Metrics>,
     /// Records and bytes taken since the metrics were last updated.
     consumed: (u64, u64),
+    /// Records and bytes taken in all.
+    taken: (u64, u64),
+    /// `--once` on a terminal.
+    progress: super::progress::OnceProgress,
     in_flight: Arc<super::budget::ByteBudget>,
     buffered: Arc<AtomicUsize>,
 }
@@ -121,6 +125,10 @@ impl DumpSink {
             stopping: false,
             metrics,
             consumed: (0, 0),
+            taken: (0, 0),
+            progress: super::progress::OnceProgress::new(
+                opts.once && std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            ),
             in_flight,
             buffered,
         }
@@ -317,6 +325,8 @@ impl DumpSink {
             }
         }
         targets.update(&committed);
+        self.progress
+            .update(self.taken.0, self.taken.1, targets.to_go(&committed));
         let ours: HashSet<Tp> = self.parts.keys().cloned().collect();
         let due = targets.due_for_probe(&committed, |tp| ours.contains(tp));
         if !due.is_empty() {
@@ -332,6 +342,7 @@ impl DumpSink {
             }
         }
         if targets.all_covered() {
+            self.progress.finish();
             return Ok(true);
         }
         if targets.past_deadline() {
@@ -446,6 +457,7 @@ impl DumpSink {
     /// hold (serving their commits meanwhile), within a grace period.
     pub fn shut_down(&mut self, src: &mut Source) {
         self.stopping = true;
+        self.progress.finish();
         src.flush(self);
         for w in 0..self.writers.len() {
             self.queue_for(w, ToWriter::Close { tp: None });
@@ -560,6 +572,8 @@ impl Sink for DumpSink {
                 a.flags.closed.store(false, Ordering::Relaxed);
                 self.consumed.0 += records;
                 self.consumed.1 += bytes;
+                self.taken.0 += records;
+                self.taken.1 += bytes;
                 Ok(())
             }
             Err(TrySendError::Full(ToWriter::Batch { batch, .. })) => Err(batch),

@@ -2,9 +2,9 @@
 //! of a `--once` run and every `state_interval_secs` of a continuous one, the task's topics
 //! (partitions, replicas, their own configs, watermarks) and the committed offsets of the groups
 //! that read them, in batched calls: one metadata, one DescribeConfigs and two ListOffsets
-//! requests, and one offset fetch per group (a few at once; librdkafka has no batched group
-//! offsets call). Rights the principal lacks are named, not fatal, unless the task requires
-//! the state.
+//! requests, and one offset fetch per group, all in flight at once on one client (librdkafka
+//! takes one group per call). Rights the principal lacks are named, not fatal, unless the task
+//! requires the state.
 
 use super::Tp;
 use crate::config::{KafkaConfig, TopicSelector};
@@ -18,12 +18,10 @@ use std::time::Duration;
 
 /// Timeout of each call.
 const CALL: Duration = Duration::from_secs(30);
-/// Groups whose offsets are fetched at once.
-const GROUPS_AT_ONCE: usize = 8;
 
 /// Which consumer groups a snapshot records.
 #[derive(Debug, Clone)]
-pub(crate) struct GroupFilter {
+pub struct GroupFilter {
     /// `groups_regex` when set: groups whose whole name matches.
     pub regex: Option<regex::Regex>,
     /// strata's own groups (this file's dump tasks), left out unless the regex names them.
@@ -50,7 +48,7 @@ fn strata_internal(group: &str) -> bool {
 type Layout = BTreeMap<String, (i32, i32)>;
 
 /// Takes a snapshot of the topics `selector` picks (blocking: Kafka calls).
-pub(crate) fn capture(
+pub fn capture(
     k: &KafkaConfig,
     task: &str,
     selector: &TopicSelector,
@@ -69,7 +67,12 @@ pub(crate) fn capture(
         servers: servers(k),
         detail: e.to_string(),
     };
+    let tm = std::time::Instant::now();
     let md = reader.fetch_metadata(None, CALL).map_err(unreachable)?;
+    tracing::debug!(
+        metadata_ms = tm.elapsed().as_millis() as u64,
+        "snapshot metadata"
+    );
     let mut layout = Layout::new();
     for t in md.topics().iter().filter(|t| selector.matches(t.name())) {
         let replicas = t
@@ -82,9 +85,18 @@ pub(crate) fn capture(
         );
     }
     let mut missing = Vec::new();
+    let t0 = std::time::Instant::now();
     let configs = topic_configs(k, &layout, &mut missing)?;
+    let t1 = std::time::Instant::now();
     let watermarks = watermarks(&reader, &layout).map_err(unreachable)?;
-    let group_states = group_offsets(k, &reader, &layout, groups, &mut missing)?;
+    let t2 = std::time::Instant::now();
+    let group_states = group_offsets(&reader, &layout, groups, &mut missing)?;
+    tracing::debug!(
+        configs_ms = (t1 - t0).as_millis() as u64,
+        watermarks_ms = (t2 - t1).as_millis() as u64,
+        groups_ms = t2.elapsed().as_millis() as u64,
+        "snapshot timings"
+    );
     let topics = layout
         .iter()
         .map(|(name, (partitions, replicas))| TopicState {
@@ -199,9 +211,9 @@ fn watermarks(
 }
 
 /// The committed offsets of the groups the filter wants, on the snapshot's partitions; groups
-/// with none there are left out. The group list is one request; the offsets one per group.
+/// with none there are left out. The group list is one request; the offsets one request per
+/// group, all in flight at once on one client.
 fn group_offsets(
-    k: &KafkaConfig,
     reader: &crate::kafka::Reader,
     layout: &Layout,
     filter: &GroupFilter,
@@ -224,52 +236,23 @@ fn group_offsets(
             return Ok(Vec::new());
         }
     };
-    let mut tpl = TopicPartitionList::new();
-    for (t, (partitions, _)) in layout {
-        for p in 0..*partitions {
-            tpl.add_partition(t, p);
-        }
-    }
     let mut out = Vec::new();
-    for chunk in groups.chunks(GROUPS_AT_ONCE) {
-        let fetched: Vec<(String, Result<TopicPartitionList, String>)> = std::thread::scope(|s| {
-            let handles: Vec<_> = chunk
-                .iter()
-                .map(|g| {
-                    let tpl = tpl.clone();
-                    s.spawn(move || {
-                        let r = crate::kafka::group_reader(k, g)
-                            .map_err(|e| e.to_string())
-                            .and_then(|c| {
-                                crate::kafka::committed_offsets(&c, &tpl, CALL)
-                                    .map_err(|e| e.to_string())
-                            });
-                        (g.clone(), r)
-                    })
-                })
-                .collect();
-            handles.into_iter().filter_map(|h| h.join().ok()).collect()
-        });
-        for (group, r) in fetched {
-            match r {
-                Ok(list) => {
-                    let mut offsets: BTreeMap<String, BTreeMap<i32, i64>> = BTreeMap::new();
-                    for e in list.elements() {
-                        if let Offset::Offset(o) = e.offset() {
-                            offsets
-                                .entry(e.topic().to_string())
-                                .or_default()
-                                .insert(e.partition(), o);
-                        }
-                    }
-                    if !offsets.is_empty() {
-                        out.push(GroupState { group, offsets });
+    for (group, r) in crate::kafka::group_offsets::list(reader, &groups, CALL) {
+        match r {
+            Ok(list) => {
+                let mut offsets: BTreeMap<String, BTreeMap<i32, i64>> = BTreeMap::new();
+                for ((topic, partition), offset) in list {
+                    if layout.contains_key(&topic) {
+                        offsets.entry(topic).or_default().insert(partition, offset);
                     }
                 }
-                Err(e) => missing.push(format!(
-                    "the offsets of group {group:?} ({e}): allow Describe on the group"
-                )),
+                if !offsets.is_empty() {
+                    out.push(GroupState { group, offsets });
+                }
             }
+            Err(e) => missing.push(format!(
+                "the offsets of group {group:?} ({e}): allow Describe on the group"
+            )),
         }
     }
     Ok(out)
@@ -279,11 +262,11 @@ fn group_offsets(
 #[derive(Debug, Clone)]
 pub(crate) struct Policy {
     pub groups: GroupFilter,
-    /// A snapshot that cannot be taken whole (a right missing, Kafka unreachable) fails the
-    /// task instead of a warning.
-    pub required: bool,
-    /// Between snapshots of a continuous dump (`None`: only at its start).
-    pub interval: Option<std::time::Duration>,
+    /// `Required`: a snapshot that cannot be taken whole (a right missing, Kafka unreachable)
+    /// fails the task instead of a warning; `Off`: none is taken.
+    pub mode: crate::config::StateMode,
+    /// Between snapshots of a continuous dump.
+    pub interval: std::time::Duration,
 }
 
 /// A task's snapshots: one now (start, end of a run), and in the background when the interval
@@ -308,8 +291,7 @@ impl Snapshots {
         rt: tokio::runtime::Handle,
         policy: Policy,
     ) -> Self {
-        let next =
-            std::time::Instant::now() + policy.interval.unwrap_or(std::time::Duration::MAX / 4);
+        let next = std::time::Instant::now() + policy.interval;
         Self {
             kafka,
             task,
@@ -325,6 +307,9 @@ impl Snapshots {
     /// Takes a snapshot and waits for it to be stored (the start or the end of a run, on the
     /// task's own thread outside its stages). `Err` only when the state is required.
     pub fn take_now(&self, occasion: Occasion) -> Result<(), super::DumpError> {
+        if self.policy.mode == crate::config::StateMode::Off {
+            return Ok(());
+        }
         let job = self.job(occasion);
         self.rt.block_on(job)
     }
@@ -337,8 +322,7 @@ impl Snapshots {
         {
             return;
         }
-        self.next = std::time::Instant::now()
-            + self.policy.interval.unwrap_or(std::time::Duration::MAX / 4);
+        self.next = std::time::Instant::now() + self.policy.interval;
         let job = self.job(Occasion::Interval);
         self.running = Some(self.rt.spawn(async move {
             // A required snapshot's failure was logged; the task goes on archiving records.
@@ -369,7 +353,7 @@ impl Snapshots {
                 detail: format!("taking a state snapshot: {e}"),
             })?;
             let failed = |detail: String| {
-                if policy.required {
+                if policy.mode == crate::config::StateMode::Required {
                     tracing::error!(task = %name, %detail, "the cluster state snapshot (state = \"required\") failed");
                     Err(super::DumpError::State {
                         task: name.clone(),
@@ -393,12 +377,12 @@ impl Snapshots {
                     tracing::warn!(task = %name, missing = %m, "the cluster state snapshot lacks something this principal may not read");
                 }
             }
-            if policy.required && !snapshot.missing.is_empty() {
+            if policy.mode == crate::config::StateMode::Required && !snapshot.missing.is_empty() {
                 return failed(format!("it could not read {}", snapshot.missing.join("; ")));
             }
             match crate::state::store(store.as_ref(), &task.directory, &snapshot).await {
                 Ok(key) => {
-                    tracing::info!(task = %name, snapshot = %store.location(&key), topics = snapshot.topics.len(), groups = snapshot.groups.len(), "cluster state snapshot stored");
+                    tracing::info!(task = %name, snapshot = %store.location(&key), topics = snapshot.topics.len(), groups = snapshot.groups.len(), "cluster state snapshot written");
                     Ok(())
                 }
                 Err(e) => failed(format!("storing it: {e}")),

@@ -385,7 +385,7 @@ impl Output for Vec<u8> {
 
 /// An in-memory output held as pieces of [`PIECE`] bytes: a file that grows is never copied
 /// into a larger buffer (a doubling `Vec` copies all of it and faults in fresh pages at every
-/// step, which measured 5% of a CDC dump's CPU), and the pieces go to an upload as they are.
+/// step: bench/README.md, "CDC tables"), and the pieces go to an upload as they are.
 #[derive(Debug, Default)]
 pub struct Pieces {
     done: Vec<Bytes>,

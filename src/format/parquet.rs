@@ -38,11 +38,11 @@ const PAGE_BYTES: usize = 256 << 10;
 const WRITE_BATCH_ROWS: usize = 256;
 /// The writer closes a row group at this estimated size. An open file holds its row group as
 /// compressed pages, and the allocator keeps about as much again around them (each page is
-/// compressed into a buffer twice its size, then shrunk): with 32 MiB row groups, 4 GiB over 32
-/// partitions peaked at 414 MiB of RSS against a 256 MiB budget and open files were closed early
-/// to stay within it; with 8 MiB, 254 MiB and every file reached `max_file_size`, for the same
-/// CPU (bench/README.md). 8 MiB row groups are still large reads for S3 and whole units of work
-/// for DuckDB, Spark and Athena.
+/// compressed into a buffer twice its size, then shrunk): with 32 MiB row groups many open files
+/// went over the memory budget and were closed early to stay within it; with 8 MiB every file
+/// reaches `max_file_size`, for the same CPU (bench/README.md, "Memory with every default").
+/// 8 MiB row groups are still large reads for S3 and whole units of work for DuckDB, Spark and
+/// Athena.
 pub(super) const ROW_GROUP_BYTES: usize = 8 << 20;
 
 fn header_fields() -> Fields {

@@ -3,6 +3,7 @@
 //! short-lived readers, and reading a group's committed offsets.
 
 pub mod admin;
+pub mod group_offsets;
 pub mod refusal;
 pub mod source;
 

@@ -336,10 +336,10 @@ impl Worker<'_> {
         let s = self.setup;
         let mut pc = client_config(&s.target);
         pc.set("compression.type", s.task.compression.as_str())
-            // With transactions, 5 ms had librdkafka's broker threads spend two thirds of a
-            // 1 GiB copy's CPU polling; 20 ms cuts the copy's CPU to a third at the same latency
-            // (bench/README.md, Replicate). Without transactions records stream without a
-            // wait for acknowledgements, and the linger is what a record waits at most.
+            // With transactions, 5 ms had librdkafka's broker threads spend most of a copy's CPU
+            // polling; 20 ms costs far less at the same latency (bench/README.md, Replicate).
+            // Without transactions records stream without a wait for acknowledgements, and the
+            // linger is what a record waits at most.
             .set("linger.ms", if s.task.exactly_once { "20" } else { "5" })
             .set("batch.size", (1 << 20).to_string())
             .set("queue.buffering.max.kbytes", (8 << 10).to_string())

@@ -47,8 +47,8 @@ impl FsStore {
                 self.root.display()
             ),
             ErrorKind::Rejected => format!(
-                "{e}; a name in the key is longer than the filesystem allows, shorten dump.dir \
-                 or the topic name"
+                "{e}; a name in the key is longer than the filesystem allows, shorten the \
+                 directory (tasks[].directory, tier.prefix) or the topic name"
             ),
             _ => format!("{e}"),
         };
@@ -553,7 +553,11 @@ mod tests {
         let e = store.put(&key, Bytes::from_static(b"x")).await.unwrap_err();
         assert_eq!(e.kind, ErrorKind::Rejected, "{e}");
         assert!(!e.is_transient(), "{e}");
-        assert!(e.to_string().contains("shorten dump.dir"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("shorten the directory (tasks[].directory, tier.prefix)"),
+            "{e}"
+        );
     }
 
     #[tokio::test]

@@ -348,8 +348,8 @@ impl S3Store {
             ErrorKind::Rejected => rejected_hint(&code, &self.region.name).unwrap_or_else(|| {
                 "the store rejected the request, and sending it again gets the same answer; \
                  check that store.endpoint is an S3 API that takes unsigned payloads with \
-                 CRC32C checksums, and that object keys (store.prefix, dump.dir) stay within \
-                 its limits"
+                 CRC32C checksums, and that object keys (the prefix of store.url, \
+                 tasks[].directory, tier.prefix) stay within its limits"
                     .to_string()
             }),
             _ => "the store refused the request; strata retries transient failures".to_string(),
@@ -1066,8 +1066,9 @@ const ABORT_ATTEMPTS: u32 = 13;
 
 /// The `x-amz-checksum-crc32c` value of a body: base64 of the big-endian CRC32C. Bodies go up
 /// with this checksum instead of a SHA-256 payload signature (`UNSIGNED-PAYLOAD`): the store
-/// still refuses a body changed on the way, and hashing the payload was a fifth of a text
-/// dump's CPU to S3 (bench/README.md), CRC32C a hundredth of that.
+/// still refuses a body changed on the way, and hashing the payload was a large share of a text
+/// dump's CPU to S3, CRC32C a small fraction of it (bench/README.md, "Allocator purging and
+/// unsigned payloads").
 fn crc32c_header(crc: u32) -> String {
     use base64::Engine;
     base64::engine::general_purpose::STANDARD.encode(crc.to_be_bytes())

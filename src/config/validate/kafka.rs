@@ -86,23 +86,45 @@ pub(in crate::config) fn refused_property(name: &str, clients: Clients) -> Optio
     }
 }
 
-/// A Kafka table (`[kafka]`, `[restore.kafka]`, `[tasks.peer]`) whose properties reach `clients`.
-pub(super) fn kafka(cx: &mut Ctx<'_>, table: &str, raw: RawKafka, clients: Clients) -> KafkaConfig {
-    cx.unknown(table, &raw.unknown, KAFKA_KEYS);
+/// A Kafka table (`[kafka]`, `[restore.kafka]`, `[tasks.peer]`) whose properties reach `clients`;
+/// `known`: the table's keys, for its unknown ones.
+pub(super) fn kafka(
+    cx: &mut Ctx<'_>,
+    table: &str,
+    raw: RawKafka,
+    clients: Clients,
+    known: &[&str],
+) -> KafkaConfig {
+    cx.unknown(table, &raw.unknown, known);
     let key = |k: &str| format!("{table}.{k}");
-    let servers: Vec<String> = match &raw.bootstrap_servers {
+    let bootstrap_servers = servers(cx, &key("bootstrap_servers"), &raw.bootstrap_servers);
+    let security_protocol = protocol(cx, &key("security_protocol"), &raw.security_protocol);
+    let sasl = sasl(cx, table, &raw, security_protocol);
+    let tls = tls(cx, table, &raw, security_protocol);
+    let properties = properties(cx, table, &raw.properties, clients);
+    KafkaConfig {
+        bootstrap_servers,
+        security_protocol,
+        sasl,
+        tls,
+        client_id: cx
+            .text(&key("client_id"), &raw.client_id)
+            .unwrap_or_else(|| "strata".to_string()),
+        properties,
+    }
+}
+
+fn servers(cx: &mut Ctx<'_>, key: &str, raw: &Option<StringList>) -> Vec<String> {
+    let servers: Vec<String> = match raw {
         None => vec![defaults::BOOTSTRAP.to_string()],
         Some(list) => list
             .items()
             .iter()
-            .filter_map(|s| cx.text(&key("bootstrap_servers"), &Some(s.clone())))
+            .filter_map(|s| cx.text(key, &Some(s.clone())))
             .collect(),
     };
     if servers.is_empty() {
-        cx.push(
-            key("bootstrap_servers"),
-            "is empty; give at least one \"host:port\"",
-        );
+        cx.push(key, "is empty; give at least one \"host:port\"");
     }
     for s in &servers {
         let ok = s
@@ -110,14 +132,18 @@ pub(super) fn kafka(cx: &mut Ctx<'_>, table: &str, raw: RawKafka, clients: Clien
             .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0));
         if !ok {
             cx.push(
-                key("bootstrap_servers"),
+                key,
                 format!("{s:?} is not \"host:port\" (e.g. \"kafka-1:9092\")"),
             );
         }
     }
-    let protocol = cx.choice(
-        &key("security_protocol"),
-        &raw.security_protocol,
+    servers
+}
+
+fn protocol(cx: &mut Ctx<'_>, key: &str, raw: &Option<String>) -> SecurityProtocol {
+    cx.choice(
+        key,
+        raw,
         SecurityProtocol::Plaintext,
         |s| match s.to_ascii_uppercase().as_str() {
             "PLAINTEXT" => Some(SecurityProtocol::Plaintext),
@@ -127,7 +153,12 @@ pub(super) fn kafka(cx: &mut Ctx<'_>, table: &str, raw: RawKafka, clients: Clien
             _ => None,
         },
         "PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
-    );
+    )
+}
+
+/// The SASL login: all of mechanism, user and password with a SASL protocol, none without.
+fn sasl(cx: &mut Ctx<'_>, table: &str, raw: &RawKafka, protocol: SecurityProtocol) -> Option<Sasl> {
+    let key = |k: &str| format!("{table}.{k}");
     let mechanism = raw.sasl_mechanism.as_ref().map(|_| {
         cx.choice(
             &key("sasl_mechanism"),
@@ -144,31 +175,7 @@ pub(super) fn kafka(cx: &mut Ctx<'_>, table: &str, raw: RawKafka, clients: Clien
     });
     let username = cx.text(&key("username"), &raw.username);
     let password = cx.secret(&key("password"), &raw.password);
-    let sasl = if protocol.uses_sasl() {
-        if mechanism.is_none() {
-            cx.push(key("sasl_mechanism"), format!("is required with security_protocol = \"{}\"; set PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", protocol.as_str()));
-        }
-        if username.as_deref().unwrap_or_default().is_empty() {
-            cx.push(
-                key("username"),
-                format!(
-                    "is required with security_protocol = \"{}\"",
-                    protocol.as_str()
-                ),
-            );
-        }
-        if password.as_ref().is_none_or(|p| p.expose().is_empty()) && raw.password.is_none() {
-            cx.push(key("password"), format!("is required with security_protocol = \"{}\"; use password = \"${{KAFKA_PASSWORD}}\" to keep it out of the file", protocol.as_str()));
-        }
-        match (mechanism, username.clone(), password.clone()) {
-            (Some(mechanism), Some(username), Some(password)) => Some(Sasl {
-                mechanism,
-                username,
-                password,
-            }),
-            _ => None,
-        }
-    } else {
+    if !protocol.uses_sasl() {
         for (k, present) in [
             ("sasl_mechanism", mechanism.is_some()),
             ("username", username.is_some()),
@@ -178,8 +185,33 @@ pub(super) fn kafka(cx: &mut Ctx<'_>, table: &str, raw: RawKafka, clients: Clien
                 cx.push(key(k), format!("is set but security_protocol is \"{}\"; use SASL_PLAINTEXT or SASL_SSL, or remove it", protocol.as_str()));
             }
         }
-        None
-    };
+        return None;
+    }
+    if mechanism.is_none() {
+        cx.push(key("sasl_mechanism"), format!("is required with security_protocol = \"{}\"; set PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", protocol.as_str()));
+    }
+    if username.as_deref().unwrap_or_default().is_empty() {
+        cx.push(
+            key("username"),
+            format!(
+                "is required with security_protocol = \"{}\"",
+                protocol.as_str()
+            ),
+        );
+    }
+    if password.as_ref().is_none_or(|p| p.expose().is_empty()) && raw.password.is_none() {
+        cx.push(key("password"), format!("is required with security_protocol = \"{}\"; use password = \"${{KAFKA_PASSWORD}}\" to keep it out of the file", protocol.as_str()));
+    }
+    Some(Sasl {
+        mechanism: mechanism?,
+        username: username?,
+        password: password?,
+    })
+}
+
+/// TLS files, which only a TLS protocol uses.
+fn tls(cx: &mut Ctx<'_>, table: &str, raw: &RawKafka, protocol: SecurityProtocol) -> Tls {
+    let key = |k: &str| format!("{table}.{k}");
     let tls = Tls {
         ca_location: cx
             .text(&key("ssl_ca_location"), &raw.ssl_ca_location)
@@ -208,8 +240,18 @@ pub(super) fn kafka(cx: &mut Ctx<'_>, table: &str, raw: RawKafka, clients: Clien
             ),
         );
     }
+    tls
+}
+
+/// `[<table>.properties]`: extra librdkafka properties as strings, strata's own refused.
+fn properties(
+    cx: &mut Ctx<'_>,
+    table: &str,
+    raw: &BTreeMap<String, toml::Value>,
+    clients: Clients,
+) -> BTreeMap<String, String> {
     let mut properties = BTreeMap::new();
-    for (k, v) in &raw.properties {
+    for (k, v) in raw {
         let pkey = format!("{table}.properties.\"{k}\"");
         if let Some(why) = refused_property(k, clients) {
             cx.push(pkey, why);
@@ -229,14 +271,5 @@ pub(super) fn kafka(cx: &mut Ctx<'_>, table: &str, raw: RawKafka, clients: Clien
             properties.insert(k.clone(), value);
         }
     }
-    KafkaConfig {
-        bootstrap_servers: servers,
-        security_protocol: protocol,
-        sasl,
-        tls,
-        client_id: cx
-            .text(&key("client_id"), &raw.client_id)
-            .unwrap_or_else(|| "strata".to_string()),
-        properties,
-    }
+    properties
 }

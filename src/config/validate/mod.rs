@@ -1,7 +1,9 @@
 //! Raw TOML into typed values. Collects every problem instead of stopping at the first, and
 //! never copies a secret's value into a message. One file per section: `kafka`, `store`,
-//! `tasks` (dump), `restore`, `tier`; shared checks live here.
+//! `tasks` (with `dump` and `replicate`, one per task type), `restore`, `tier`; shared checks
+//! live here.
 
+mod dump;
 mod kafka;
 mod replicate;
 mod restore;
@@ -12,16 +14,20 @@ mod tier;
 /// The librdkafka properties `[kafka.properties]` may not set (config/example.toml lists them).
 #[cfg(test)]
 pub(super) use kafka::OWNED_PROPERTIES;
+#[cfg(test)]
+pub(super) use tasks::keys_of;
 
 use super::raw::*;
 use super::secret::{self, Secret};
 use super::*;
 use crate::format::{Delimiter, FormatKind, FormatSpec, TextOptions};
 use crate::size::RawSize;
+use chrono_tz::Tz;
+use std::collections::BTreeMap;
 
 /// Parses TOML text; syntax and type errors give the line and column, without echoing values.
 pub(super) fn parse(text: &str, origin: &str) -> Result<RawConfig, ConfigError> {
-    toml::from_str::<RawConfig>(text).map_err(|e| {
+    super::raw::parse(text).map_err(|e| {
         let at = e
             .span()
             .map(|s| {
@@ -140,114 +146,24 @@ impl Ctx<'_> {
     }
 }
 
-pub(super) const TOP_KEYS: &[&str] = &[
-    "kafka",
-    "store",
-    "limits",
-    "telemetry",
-    "tasks",
-    "restore",
-    "tier",
-];
-pub(super) const KAFKA_KEYS: &[&str] = &[
-    "bootstrap_servers",
-    "security_protocol",
-    "sasl_mechanism",
-    "username",
-    "password",
-    "ssl_ca_location",
-    "ssl_certificate_location",
-    "ssl_key_location",
-    "ssl_key_password",
-    "client_id",
-    "properties",
-];
-pub(super) const STORE_KEYS: &[&str] = &[
-    "url",
-    "region",
-    "endpoint",
-    "path_style",
-    "access_key",
-    "secret_key",
-    "create_bucket",
-    "part_size",
-    "max_attempts",
-    "session_token",
-    "role_arn",
-    "external_id",
-    "role_session_name",
-    "sts_endpoint",
-    "sse",
-    "sse_kms_key_id",
-    "storage_class",
-    "tags",
-    "acl",
-];
-pub(super) const LIMITS_KEYS: &[&str] = &["max_tasks", "buffer_memory", "leftover_age_secs"];
-pub(super) const TELEMETRY_KEYS: &[&str] = &["log_format", "log_level", "metrics_listen"];
-/// Keys of every task type; each type's own are in `replicate.rs`.
-pub(super) const COMMON_TASK_KEYS: &[&str] = &[
-    "type",
-    "name",
-    "topics",
-    "topic_regex",
-    "start_offset",
-    "compression",
-    "topic_refresh_secs",
-];
+// The keys of each table, as its raw struct declares them.
+pub(super) const TOP_KEYS: &[&str] = RawConfig::KEYS;
+pub(super) const KAFKA_KEYS: &[&str] = RawKafka::KEYS;
+pub(super) const STORE_KEYS: &[&str] = RawStore::KEYS;
+pub(super) const LIMITS_KEYS: &[&str] = RawLimits::KEYS;
+pub(super) const TELEMETRY_KEYS: &[&str] = RawTelemetry::KEYS;
+pub(super) const CDC_KEYS: &[&str] = RawCdc::KEYS;
+pub(super) const RESTORE_KEYS: &[&str] = RawRestore::KEYS;
+pub(super) const TIER_KEYS: &[&str] = RawTier::KEYS;
 
-/// Every key a `[[tasks]]` entry may have.
+/// Every key a `[[tasks]]` entry may have, whatever its type.
+#[cfg(test)]
 pub(super) fn task_keys() -> Vec<&'static str> {
-    [
-        COMMON_TASK_KEYS,
-        replicate::REPLICATE_ONLY,
-        replicate::DUMP_ONLY,
-    ]
-    .concat()
+    let mut keys: Vec<&str> = TASK_TYPES.iter().flat_map(|(t, _)| keys_of(t)).collect();
+    keys.sort_unstable();
+    keys.dedup();
+    keys
 }
-/// Keys of `[tasks.cdc]`.
-pub(super) const CDC_KEYS: &[&str] = &["time_zone", "repeat_window", "on_malformed", "types"];
-pub(super) const RESTORE_KEYS: &[&str] = &[
-    "bucket",
-    "directory",
-    "time_directory",
-    "time_zone",
-    "topics",
-    "topic_regex",
-    "from",
-    "to",
-    "target_prefix",
-    "topic_map",
-    "partitioning",
-    "create_topics",
-    "partitions",
-    "replication_factor",
-    "rate_limit_mib_per_sec",
-    "checkpoint",
-    "skip_corrupt",
-    "exactly_once",
-    "record_delimiter",
-    "store_key",
-    "key_separator",
-    "kafka",
-];
-pub(super) const TIER_KEYS: &[&str] = &[
-    "listen",
-    "prefix",
-    "chunk_size",
-    "compression",
-    "cache_dir",
-    "cache_size",
-    "prefetch_chunks",
-    "upload_concurrency",
-    "secret_file",
-    "log_dirs",
-    "socket_dir",
-    "handoff",
-    "tls_cert_file",
-    "tls_key_file",
-    "max_requests",
-];
 
 pub(super) fn validate(
     raw: RawConfig,
@@ -265,50 +181,20 @@ pub(super) fn validate(
     } else {
         kafka::Clients::Tasks
     };
-    let kafka = kafka::kafka(&mut cx, "kafka", raw.kafka.unwrap_or_default(), clients);
+    let kafka = kafka::kafka(
+        &mut cx,
+        "kafka",
+        raw.kafka.unwrap_or_default(),
+        clients,
+        KAFKA_KEYS,
+    );
     let store = store::store(&mut cx, raw.store.unwrap_or_default());
     let limits = limits(&mut cx, raw.limits.unwrap_or_default());
     let telemetry = telemetry(&mut cx, raw.telemetry.unwrap_or_default());
-    if raw.tasks.len() > limits.max_tasks as usize {
-        cx.push(
-            "tasks",
-            format!(
-                "{} tasks, but at most {} are allowed per file (limits.max_tasks); split them over several files or processes",
-                raw.tasks.len(),
-                limits.max_tasks
-            ),
-        );
-    }
-    let mut tasks: Vec<DumpTask> = Vec::new();
-    let mut replicate: Vec<ReplicateTask> = Vec::new();
-    for (i, t) in raw.tasks.iter().enumerate() {
-        let k = format!("tasks[{i}]");
-        if t.kind.as_deref() == Some("replicate") {
-            replicate.extend(replicate::task(&mut cx, &k, t));
-        } else {
-            replicate::foreign_keys(&mut cx, &k, t, false);
-            tasks.extend(tasks::task(&mut cx, &k, t, &store));
-        }
-    }
-    tasks::check_task_overlaps(&mut cx, &tasks);
-    let mut names: Vec<&str> = tasks
-        .iter()
-        .map(|t| t.name.as_str())
-        .chain(replicate.iter().map(|t| t.name.as_str()))
-        .collect();
-    names.sort_unstable();
-    if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-        cx.push(
-            "tasks",
-            format!(
-                "two tasks are named {:?}; names must be unique (each names its consumer groups)",
-                w[0]
-            ),
-        );
-    }
+    let tasks = tasks::tasks(&mut cx, &raw.tasks, &store, &limits);
     let restore = raw
         .restore
-        .map(|r| restore::restore(&mut cx, r, &store, &kafka, limits.buffer_memory));
+        .and_then(|r| restore::restore(&mut cx, r, &store, &kafka, limits.buffer_memory));
     let tier = tier::tier(&mut cx, raw.tier.unwrap_or_default());
     if !cx.issues.is_empty() {
         return Err(cx.issues);
@@ -318,9 +204,9 @@ pub(super) fn validate(
         store,
         limits,
         telemetry,
-        tasks,
-        replicate,
-        restore: restore.flatten(),
+        tasks: tasks.dump,
+        replicate: tasks.replicate,
+        restore,
         tier,
     })
 }
@@ -469,6 +355,20 @@ fn topic_selector(
             None
         }
     }
+}
+
+/// A directory of the archive (`directory`, `tier.prefix`), `default` when unset.
+fn dump_dir(
+    cx: &mut Ctx<'_>,
+    key: &str,
+    raw: &Option<String>,
+    default: &str,
+) -> crate::layout::DumpDir {
+    let text = cx.text(key, raw).unwrap_or_else(|| default.to_string());
+    crate::layout::DumpDir::parse(&text).unwrap_or_else(|e| {
+        cx.push(key, format!("{text:?} {e}"));
+        crate::layout::DumpDir::default()
+    })
 }
 
 fn time_zone(cx: &mut Ctx<'_>, k: &str, v: &Option<String>) -> Tz {

@@ -4,6 +4,71 @@ use super::*;
 
 pub(super) fn tier(cx: &mut Ctx<'_>, raw: RawTier) -> TierConfig {
     cx.unknown("tier", &raw.unknown, TIER_KEYS);
+    let (listen, tls) = listener(cx, &raw);
+    let secret_file = cx
+        .text("tier.secret_file", &raw.secret_file)
+        .map(PathBuf::from);
+    let log_dirs = log_dirs(cx, &raw.log_dirs);
+    let socket_dir = socket_dir(cx, &raw.socket_dir);
+    let max_requests = at_least_one(
+        cx,
+        "tier.max_requests",
+        raw.max_requests,
+        defaults::MAX_REQUESTS,
+    );
+    let prefix = dump_dir(cx, "tier.prefix", &raw.prefix, defaults::TIER_PREFIX);
+    let chunk_size = cx.size("tier.chunk_size", &raw.chunk_size, defaults::CHUNK_SIZE);
+    if chunk_size < ByteSize(64 << 10) || chunk_size > ByteSize::mib(256) {
+        cx.push(
+            "tier.chunk_size",
+            format!("{chunk_size} is outside 64KiB..=256MiB"),
+        );
+    }
+    let compress_chunks = cx.choice(
+        "tier.compression",
+        &raw.compression,
+        false,
+        |s| match s {
+            "zstd" => Some(true),
+            "none" => Some(false),
+            _ => None,
+        },
+        "\"zstd\" or \"none\"",
+    );
+    let cache_size = cx.size("tier.cache_size", &raw.cache_size, defaults::CACHE_SIZE);
+    if cache_size < chunk_size.max(ByteSize(1)) {
+        cx.push(
+            "tier.cache_size",
+            format!("{cache_size} is smaller than one chunk ({chunk_size})"),
+        );
+    }
+    let upload_concurrency = at_least_one(
+        cx,
+        "tier.upload_concurrency",
+        raw.upload_concurrency,
+        defaults::UPLOAD_CONCURRENCY,
+    );
+    let cache_dir = cache_dir(cx, &raw.cache_dir);
+    TierConfig {
+        listen,
+        prefix,
+        chunk_size,
+        compress_chunks,
+        cache_dir,
+        cache_size,
+        prefetch_chunks: raw.prefetch_chunks.unwrap_or(defaults::PREFETCH_CHUNKS),
+        upload_concurrency,
+        secret_file,
+        log_dirs,
+        socket_dir,
+        handoff: raw.handoff.unwrap_or(true),
+        tls,
+        max_requests,
+    }
+}
+
+/// `listen` and its TLS files: required unless it is a loopback address.
+fn listener(cx: &mut Ctx<'_>, raw: &RawTier) -> (SocketAddr, Option<TierTls>) {
     let listen_text = cx
         .text("tier.listen", &raw.listen)
         .unwrap_or_else(|| defaults::TIER_LISTEN.to_string());
@@ -41,102 +106,55 @@ pub(super) fn tier(cx: &mut Ctx<'_>, raw: RawTier) -> TierConfig {
     if !listen.ip().is_loopback() && tls.is_none() {
         cx.push("tier.listen", format!("{listen} is not a loopback address: brokers on other hosts reach strata tier over TLS only; set tier.tls_cert_file and tier.tls_key_file, or listen on 127.0.0.1"));
     }
-    let secret_file = cx
-        .text("tier.secret_file", &raw.secret_file)
-        .map(PathBuf::from);
-    let log_dirs: Vec<PathBuf> = raw
-        .log_dirs
+    (listen, tls)
+}
+
+fn log_dirs(cx: &mut Ctx<'_>, raw: &Option<StringList>) -> Vec<PathBuf> {
+    let dirs: Vec<PathBuf> = raw
         .as_ref()
         .map(|l| l.items())
         .unwrap_or_default()
         .into_iter()
         .map(PathBuf::from)
         .collect();
-    for d in &log_dirs {
+    for d in &dirs {
         if !d.is_absolute() {
             cx.push("tier.log_dirs", format!("{} is not an absolute path; list the broker's log.dirs as the broker names them", d.display()));
         }
     }
-    let socket_dir = cx
-        .text("tier.socket_dir", &raw.socket_dir)
-        .map(PathBuf::from);
-    if let Some(d) = &socket_dir {
-        if !d.is_absolute() {
-            cx.push(
-                "tier.socket_dir",
-                format!(
-                    "{} is not an absolute path (e.g. \"/run/strata-tier\")",
-                    d.display()
-                ),
-            );
-        }
-    }
-    let max_requests = raw.max_requests.unwrap_or(defaults::MAX_REQUESTS);
-    if max_requests == 0 {
-        cx.push("tier.max_requests", "must be at least 1");
-    }
-    let prefix_text = cx
-        .text("tier.prefix", &raw.prefix)
-        .unwrap_or_else(|| defaults::TIER_PREFIX.to_string());
-    let prefix = crate::layout::DumpDir::parse(&prefix_text).unwrap_or_else(|e| {
-        cx.push("tier.prefix", format!("{prefix_text:?} {e}"));
-        crate::layout::DumpDir::default()
-    });
-    let chunk_size = cx.size("tier.chunk_size", &raw.chunk_size, defaults::CHUNK_SIZE);
-    if chunk_size < ByteSize(64 << 10) || chunk_size > ByteSize::mib(256) {
+    dirs
+}
+
+fn socket_dir(cx: &mut Ctx<'_>, raw: &Option<String>) -> Option<PathBuf> {
+    let dir = cx.text("tier.socket_dir", raw).map(PathBuf::from);
+    if let Some(d) = dir.as_ref().filter(|d| !d.is_absolute()) {
         cx.push(
-            "tier.chunk_size",
-            format!("{chunk_size} is outside 64KiB..=256MiB"),
+            "tier.socket_dir",
+            format!(
+                "{} is not an absolute path (e.g. \"/run/strata-tier\")",
+                d.display()
+            ),
         );
     }
-    let compress_chunks = cx.choice(
-        "tier.compression",
-        &raw.compression,
-        false,
-        |s| match s {
-            "zstd" => Some(true),
-            "none" => Some(false),
-            _ => None,
-        },
-        "\"zstd\" or \"none\"",
-    );
-    let cache_size = cx.size("tier.cache_size", &raw.cache_size, defaults::CACHE_SIZE);
-    if cache_size < chunk_size.max(ByteSize(1)) {
-        cx.push(
-            "tier.cache_size",
-            format!("{cache_size} is smaller than one chunk ({chunk_size})"),
-        );
+    dir
+}
+
+fn at_least_one(cx: &mut Ctx<'_>, key: &str, raw: Option<u32>, default: u32) -> u32 {
+    let n = raw.unwrap_or(default);
+    if n == 0 {
+        cx.push(key, "must be at least 1");
     }
-    let upload_concurrency = raw
-        .upload_concurrency
-        .unwrap_or(defaults::UPLOAD_CONCURRENCY);
-    if upload_concurrency == 0 {
-        cx.push("tier.upload_concurrency", "must be at least 1");
-    }
-    // The bridge opens the files strata names in this directory, and takes only an absolute,
-    // normalised path: resolved here, once, so every answer names it the same way.
-    let cache_dir = cx.text("tier.cache_dir", &raw.cache_dir).and_then(|text| {
-        let cwd = std::env::current_dir().ok();
-        absolute_dir(&text, cwd.as_deref())
-            .map_err(|m| cx.push("tier.cache_dir", format!("{text:?} {m}")))
-            .ok()
-    });
-    TierConfig {
-        listen,
-        prefix,
-        chunk_size,
-        compress_chunks,
-        cache_dir,
-        cache_size,
-        prefetch_chunks: raw.prefetch_chunks.unwrap_or(defaults::PREFETCH_CHUNKS),
-        upload_concurrency: upload_concurrency.max(1),
-        secret_file,
-        log_dirs,
-        socket_dir,
-        handoff: raw.handoff.unwrap_or(true),
-        tls,
-        max_requests: max_requests.max(1),
-    }
+    n.max(1)
+}
+
+/// The bridge opens the files strata names in this directory, and takes only an absolute,
+/// normalised path: resolved here, once, so every answer names it the same way.
+fn cache_dir(cx: &mut Ctx<'_>, raw: &Option<String>) -> Option<PathBuf> {
+    let text = cx.text("tier.cache_dir", raw)?;
+    let cwd = std::env::current_dir().ok();
+    absolute_dir(&text, cwd.as_deref())
+        .map_err(|m| cx.push("tier.cache_dir", format!("{text:?} {m}")))
+        .ok()
 }
 
 /// A directory path made absolute and normalised lexically: a relative path is taken from

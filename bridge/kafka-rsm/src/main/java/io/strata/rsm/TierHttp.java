@@ -35,8 +35,8 @@ import java.util.Objects;
  * <p>Why not {@code java.net.http.HttpClient}: the broker's remote reads are many short
  * exchanges (one per consumer fetch, about 1 MiB each, the stream closed before the end). Through
  * that client each one cost a new connection (a body abandoned mid-way cannot be reused) and
- * every 16 KiB of body crossed its selector and executor threads before reaching the reader;
- * measured on a 2-core host, 7-9 ms per 1 MiB fetch, most of a remote fetch's time. Here a read
+ * every 16 KiB of body crossed its selector and executor threads before reaching the reader,
+ * most of a remote fetch's time (README, "The HTTP client", has the figures). Here a read
  * of the body is a read of the socket (small reads are served from a 64 KiB buffer), and a
  * connection whose body was read to its end, or nearly, goes back to the pool.
  *

@@ -1,0 +1,281 @@
+//! A dump task (`[[tasks]]` without `type`, or `type = "dump"`), its `[tasks.cdc]`, and the
+//! check that no two dump tasks write the same objects.
+
+use super::store::bucket_name_problem;
+use super::*;
+
+pub(super) fn task(
+    cx: &mut Ctx<'_>,
+    k: &str,
+    raw: &RawDumpTask,
+    store: &StoreConfig,
+) -> Option<DumpTask> {
+    let before = cx.issues.len();
+    let key = |f: &str| format!("{k}.{f}");
+    let name = tasks::name(cx, k, &raw.name);
+    let topics = topic_selector(cx, k, &raw.topics, &raw.topic_regex, true);
+    let start_offset = start_offset(cx, k, &raw.start_offset);
+    let interval = interval(cx, k, raw.dump_interval_secs);
+    let store = task_store(cx, k, &raw.bucket, store);
+    let directory = dump_dir(cx, &key("directory"), &raw.directory, "");
+    let time_directory = time_directory(cx, &key("time_directory"), &raw.time_directory);
+    let time_zone = time_zone(cx, &key("time_zone"), &raw.time_zone);
+    let time_source = time_source(cx, k, &raw.time_source);
+    let (kind, format) = format(cx, k, raw);
+    let max_file_size = max_file_size(cx, k, &raw.max_file_size);
+    let topic_refresh = tasks::topic_refresh(cx, k, raw.topic_refresh_secs);
+    if raw.topic_refresh_secs.is_some() && raw.topic_regex.is_none() {
+        cx.push(key("topic_refresh_secs"), "applies to topic_regex only: a topic list is watched by the consumer itself; remove it");
+    }
+    let state = state(cx, k, raw);
+    let cdc = raw.cdc.as_ref().map(|c| cdc_options(cx, k, c));
+    if cdc.is_some() {
+        cdc_fits(cx, k, kind, time_source);
+    }
+    if cx.issues.len() > before {
+        return None;
+    }
+    Some(DumpTask {
+        name: name?,
+        topics: topics?,
+        start_offset,
+        interval,
+        store,
+        directory,
+        time_directory,
+        time_zone,
+        time_source,
+        format: format?,
+        max_file_size,
+        topic_refresh,
+        allow_retention_gaps: raw.allow_retention_gaps.unwrap_or(false),
+        state: state?,
+        cdc,
+    })
+}
+
+/// `state`, `state_interval_secs`, `groups_regex`: the task's cluster state snapshots.
+fn state(cx: &mut Ctx<'_>, k: &str, raw: &RawDumpTask) -> Option<StateSettings> {
+    let mode = cx.choice(
+        &format!("{k}.state"),
+        &raw.state,
+        StateMode::BestEffort,
+        |s| match s {
+            "best_effort" => Some(StateMode::BestEffort),
+            "required" => Some(StateMode::Required),
+            "off" => Some(StateMode::Off),
+            _ => None,
+        },
+        "\"best_effort\" (the default: what cannot be read is a warning), \"required\" (it fails the task) or \"off\"",
+    );
+    let secs = raw
+        .state_interval_secs
+        .unwrap_or(defaults::STATE_INTERVAL_SECS);
+    if !(60..=86_400).contains(&secs) {
+        cx.push(
+            format!("{k}.state_interval_secs"),
+            format!("{secs} is outside 60..=86400 seconds"),
+        );
+        return None;
+    }
+    let groups = match &raw.groups_regex {
+        None => None,
+        Some(r) => match regex::Regex::new(&format!("^(?:{r})$")) {
+            Ok(re) => Some(re),
+            Err(e) => {
+                cx.push(
+                    format!("{k}.groups_regex"),
+                    format!("is not a regular expression: {e}"),
+                );
+                return None;
+            }
+        },
+    };
+    Some(StateSettings {
+        mode,
+        interval: Duration::from_secs(secs),
+        groups,
+    })
+}
+
+fn interval(cx: &mut Ctx<'_>, k: &str, secs: Option<u64>) -> Duration {
+    let secs = secs.unwrap_or(defaults::DUMP_INTERVAL_SECS);
+    if secs == 0 || secs > 86_400 {
+        cx.push(
+            format!("{k}.dump_interval_secs"),
+            format!("{secs} is outside 1..=86400 seconds"),
+        );
+    }
+    Duration::from_secs(secs)
+}
+
+/// `[store]`, or the same store with the task's own `bucket`.
+fn task_store(
+    cx: &mut Ctx<'_>,
+    k: &str,
+    bucket: &Option<String>,
+    store: &StoreConfig,
+) -> StoreConfig {
+    let key = format!("{k}.bucket");
+    let Some(b) = cx.text(&key, bucket) else {
+        return store.clone();
+    };
+    if !matches!(store.url, StoreUrl::S3 { .. }) {
+        cx.push(
+            key,
+            "applies to s3:// stores only; store.url is a file:// directory",
+        );
+    } else if let Some(p) = bucket_name_problem(&b) {
+        cx.push(key, p);
+    }
+    store.with_bucket(&b)
+}
+
+fn time_source(cx: &mut Ctx<'_>, k: &str, raw: &Option<String>) -> TimeSource {
+    cx.choice(
+        &format!("{k}.time_source"),
+        raw,
+        TimeSource::Record,
+        |s| match s {
+            "record" => Some(TimeSource::Record),
+            "dump" => Some(TimeSource::Dump),
+            _ => None,
+        },
+        "\"record\" (exactly once) or \"dump\" (at least once)",
+    )
+}
+
+/// `format`, `compression` and the text format's options; the kind even when the whole is not
+/// valid, for the checks that depend on it.
+fn format(cx: &mut Ctx<'_>, k: &str, raw: &RawDumpTask) -> (FormatKind, Option<FormatSpec>) {
+    let kind = cx.choice(
+        &format!("{k}.format"),
+        &raw.format,
+        FormatKind::Text,
+        |s| s.parse().ok(),
+        FormatKind::NAMES,
+    );
+    let compression = cx.choice(
+        &format!("{k}.compression"),
+        &raw.compression,
+        FormatSpec::default_compression(kind),
+        |s| s.parse().ok(),
+        "\"none\", \"gzip\", \"zstd\" or \"snappy\"",
+    );
+    let text = text_options(
+        cx,
+        k,
+        &raw.record_delimiter,
+        raw.store_key,
+        &raw.key_separator,
+    );
+    let text_keys =
+        raw.record_delimiter.is_some() || raw.key_separator.is_some() || raw.store_key.is_some();
+    if kind != FormatKind::Text && text_keys {
+        cx.push(format!("{k}.record_delimiter"), format!("record_delimiter, store_key and key_separator apply to format = \"text\" only; format \"{}\" keeps record boundaries and keys itself", kind.as_str()));
+    }
+    let spec = FormatSpec::new(kind, compression, text)
+        .map_err(|e| cx.push(format!("{k}.compression"), e.to_string()))
+        .ok();
+    (kind, spec)
+}
+
+fn max_file_size(cx: &mut Ctx<'_>, k: &str, raw: &Option<RawSize>) -> ByteSize {
+    let key = format!("{k}.max_file_size");
+    let size = cx.size(&key, raw, defaults::MAX_FILE_SIZE);
+    if size < ByteSize::mib(1) || size > ByteSize(4 << 30) {
+        cx.push(key, format!("{size} is outside 1MiB..=4GiB"));
+    }
+    size
+}
+
+/// Ids per partition remembered to tell repeats apart, by default: a restart of the transfer
+/// service re-sends seconds of changes, far fewer than this.
+const DEFAULT_REPEAT_WINDOW: u64 = 100_000;
+
+fn cdc_options(cx: &mut Ctx<'_>, k: &str, raw: &RawCdc) -> CdcOptions {
+    let k = format!("{k}.cdc");
+    cx.unknown(&k, &raw.unknown, CDC_KEYS);
+    let time_zone = time_zone(cx, &format!("{k}.time_zone"), &raw.time_zone);
+    let window = raw.repeat_window.unwrap_or(DEFAULT_REPEAT_WINDOW);
+    if window > 10_000_000 {
+        cx.push(
+            format!("{k}.repeat_window"),
+            format!("{window} is more than 10000000 ids per partition; each costs about 100 bytes of memory"),
+        );
+    }
+    let on_malformed = cx.choice(
+        &format!("{k}.on_malformed"),
+        &raw.on_malformed,
+        OnMalformed::Keep,
+        |s| match s {
+            "keep" => Some(OnMalformed::Keep),
+            "fail" => Some(OnMalformed::Fail),
+            _ => None,
+        },
+        "\"keep\" (stored under _errors/ and counted) or \"fail\" (the task stops naming the offset)",
+    );
+    CdcOptions {
+        time_zone,
+        repeat_window: window as usize,
+        on_malformed,
+        types: column_types(cx, &k, raw),
+    }
+}
+
+/// `[tasks.cdc.types]`: declared column types by table and column.
+fn column_types(
+    cx: &mut Ctx<'_>,
+    k: &str,
+    raw: &RawCdc,
+) -> BTreeMap<String, BTreeMap<String, crate::cdc::ColumnType>> {
+    let mut types = BTreeMap::new();
+    for (table, cols) in raw.types.iter().flatten() {
+        let mut parsed = BTreeMap::new();
+        for (col, ty) in cols {
+            match ty.parse::<crate::cdc::ColumnType>() {
+                Ok(t) => {
+                    parsed.insert(col.clone(), t);
+                }
+                Err(e) => cx.push(format!("{k}.types.{table}.{col}"), e),
+            }
+        }
+        types.insert(table.clone(), parsed);
+    }
+    types
+}
+
+/// CDC tables are Parquet, placed by each change's record time.
+fn cdc_fits(cx: &mut Ctx<'_>, k: &str, kind: FormatKind, time_source: TimeSource) {
+    if kind != FormatKind::Parquet {
+        cx.push(
+            format!("{k}.cdc"),
+            format!("CDC tables are written as Parquet; set format = \"parquet\" (this task has \"{}\")", kind.as_str()),
+        );
+    }
+    if time_source == TimeSource::Dump {
+        cx.push(
+            format!("{k}.time_source"),
+            "a CDC task places changes by their record's time (exactly once); remove time_source = \"dump\"",
+        );
+    }
+}
+
+/// Two tasks writing the same topic into the same place would overwrite each other's objects.
+pub(super) fn check_overlaps(cx: &mut Ctx<'_>, tasks: &[DumpTask]) {
+    for (i, a) in tasks.iter().enumerate() {
+        for b in &tasks[i + 1..] {
+            let same_place = a.store.url == b.store.url && a.directory == b.directory;
+            let shared = match (&a.topics, &b.topics) {
+                (TopicSelector::List(x), TopicSelector::List(y)) => {
+                    x.iter().find(|t| y.contains(t)).cloned()
+                }
+                (x, y) if x == y => Some(x.to_string()),
+                _ => None,
+            };
+            if let (true, Some(t)) = (same_place, shared) {
+                cx.push("tasks", format!("tasks {:?} and {:?} both dump {t} into the same bucket and directory; give one another directory", a.name.as_str(), b.name.as_str()));
+            }
+        }
+    }
+}
