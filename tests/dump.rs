@@ -933,3 +933,107 @@ async fn once_writes_a_metrics_file_whose_last_success_outlives_failures() {
     let metrics = std::fs::read_to_string(&file).unwrap();
     assert!(metrics.lines().any(|l| l == first), "{metrics}");
 }
+
+/// Adds ACLs on the dev broker with Kafka's own tool (rust-rdkafka has no ACL calls).
+fn add_acls(args: &[&str]) {
+    let dev = concat!(env!("CARGO_MANIFEST_DIR"), "/dev");
+    let out = std::process::Command::new(dev)
+        .args(["kafka-class", "org.apache.kafka.tools.AclCommand"])
+        .args(["--bootstrap-server", &bootstrap(), "--add"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "kafka-acls: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A principal that may read its topic and its group and nothing else: the records are
+/// archived, and the snapshot names what it could not read with the ACL to add (the topic's
+/// configs; the group list, which Kafka trims to the groups a principal may describe without
+/// a word). With `state = "required"` the run fails instead, naming the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_snapshot_without_rights_names_the_acls_and_still_archives() {
+    let var = |name: &str| {
+        std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set: use ./dev test"))
+    };
+    let topic = unique("state-acl");
+    create_topic(&topic, 1).await;
+    produce(&sample_records(&topic, 10, 1, base_ts())).await;
+    let task = unique("state-acl-task");
+    let user = var("STRATA_TEST_LIMITED_USER");
+    let principal = format!("User:{user}");
+    add_acls(&[
+        "--allow-principal",
+        &principal,
+        "--operation",
+        "Read",
+        "--operation",
+        "Describe",
+        "--topic",
+        &topic,
+        "--group",
+        &task,
+    ]);
+    let password = std::fs::read_to_string(var("STRATA_TEST_LIMITED_PASSWORD_FILE")).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let cfg = root.path().join("strata.toml");
+    let run = |state: &str| {
+        std::fs::write(
+            &cfg,
+            format!(
+                "[kafka]\nbootstrap_servers = \"{}\"\nsecurity_protocol = \"SASL_PLAINTEXT\"\nsasl_mechanism = \"SCRAM-SHA-512\"\nusername = \"{user}\"\npassword = \"${{STRATA_TEST_ACL_PASSWORD}}\"\n[store]\nurl = \"file://{}\"\n{}",
+                var("STRATA_TEST_SASL_BOOTSTRAP"),
+                root.path().join("archive").display(),
+                task_toml(&task, &topic, &format!("format = \"jsonl\"\ndirectory = \"d\"\nstate = \"{state}\""))
+            ),
+        )
+        .unwrap();
+        let out = std::process::Command::new(strata_bin())
+            .args(["dump", "--once", "--once-deadline", "60", "--config"])
+            .arg(&cfg)
+            .env("STRATA_TEST_ACL_PASSWORD", password.trim())
+            .env("RUST_LOG", "info")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let describe_configs = format!("the configs of topic \"{topic}\"");
+    let describe_cluster = "--operation Describe --cluster";
+
+    let (code, text) = run("best_effort");
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains(&format!("task {task}: 10 records")), "{text}");
+    assert!(
+        !text.contains(password.trim()),
+        "the password is never logged"
+    );
+    let store = FsStore::new(root.path().join("archive"));
+    let dir = strata::layout::DumpDir::parse("d").unwrap();
+    let listed = strata::state::list(&store, &dir, Some(&task))
+        .await
+        .unwrap();
+    let last = strata::state::read(&store, &listed.last().unwrap().2)
+        .await
+        .unwrap();
+    assert_eq!(last.missing.len(), 2, "{:#?}", last);
+    for want in [describe_configs.as_str(), describe_cluster] {
+        assert!(
+            text.lines().any(
+                |l| l.contains("lacks something this principal may not read") && l.contains(want)
+            ),
+            "a warning naming {want:?}: {text}"
+        );
+    }
+    assert!(last.topic(&topic).unwrap().configs.is_empty());
+    assert_eq!(last.topic(&topic).unwrap().watermarks, vec![(0, 10)]);
+
+    let (code, text) = run("required");
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains(&describe_configs), "{text}");
+}

@@ -184,7 +184,9 @@ async fn kill_9_scenario(archive: Archive) {
     let stop = Arc::new(AtomicBool::new(false));
     let producer = start_producer(&topic, 4, stop.clone());
     let log = dir.path().join("dump.log");
-    kill_rounds(&cfg, &log, 10, 200..2500).await;
+    // A process opens its first objects about a second after its assignment and closes them a
+    // second later: kills up to 4 s in land before, during and after the first uploads.
+    kill_rounds(&cfg, &log, 10, 300..4000).await;
     stop.store(true, Ordering::Relaxed);
     let produced = producer.await.unwrap();
     // What the killed writers left (incomplete uploads, temp files, seals) is older than the
@@ -1674,10 +1676,12 @@ async fn archive_tools_scenario(archive: Archive) {
     let cfg = write_config(
         dir.path(),
         &format!(
-            "{}[[tasks]]\nname = \"{task}\"\ntopics = [\"{topic}\"]\nformat = \"jsonl\"\ndirectory = \"arch\"\nallow_retention_gaps = true\n",
+            "{}[[tasks]]\nname = \"{task}\"\ntopics = [\"{topic}\"]\nformat = \"jsonl\"\ndirectory = \"arch\"\nallow_retention_gaps = true\nstate = \"off\"\n",
             archive.toml(None)
         ),
     );
+    // The runs take no snapshots of their own (`state = "off"`): the test plants snapshots
+    // dated where prune's choice between them is known.
     let cfg_s = cfg.to_str().unwrap();
     let store = archive.store().await;
     let now = chrono::Utc::now();

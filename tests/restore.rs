@@ -1592,6 +1592,113 @@ async fn every_secured_listener_connects() {
     }
 }
 
+/// A `[kafka]` table for the dev broker's OAUTHBEARER listener, logging in as an OAuth client
+/// of `endpoint`; the client secret is `${PASSWORD_VAR}`.
+fn oauth_kafka(endpoint: &str, client_id: &str) -> String {
+    format!(
+        "[kafka]\nbootstrap_servers = \"{}\"\nsecurity_protocol = \"SASL_PLAINTEXT\"\nsasl_mechanism = \"OAUTHBEARER\"\noauth_token_endpoint = \"{endpoint}\"\noauth_client_id = \"{client_id}\"\noauth_client_secret = \"${{{PASSWORD_VAR}}}\"\noauth_scope = \"kafka\"\n",
+        env("STRATA_TEST_OAUTH_BOOTSTRAP")
+    )
+}
+
+/// OAUTHBEARER with OIDC client credentials: librdkafka fetches a token from the test's token
+/// endpoint, the broker checks it against the provider's key (JWKS file) and lets its subject
+/// in. An admin client, a dump (consumer) and an exactly-once restore (transactional producer)
+/// all log in this way.
+#[tokio::test(flavor = "multi_thread")]
+async fn oauthbearer_logins_take_tokens_from_the_oidc_token_endpoint() {
+    let secret = format!("oauth-secret-{}", unique("s"));
+    let provider = common::oidc::Provider::start("strata-test-client", &secret).await;
+    let kafka = oauth_kafka(&provider.token_endpoint(), "strata-test-client");
+
+    let cfg = strata::config::Config::from_toml(&kafka, "t", |k| {
+        (k == PASSWORD_VAR).then(|| secret.clone())
+    })
+    .unwrap();
+    let admin = tokio::task::spawn_blocking(move || strata::kafka::Admin::connect(&cfg.kafka))
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("admin over OAUTHBEARER: {e}"));
+    assert_eq!(admin.broker_count().unwrap(), 1);
+    assert!(provider.issued() >= 1, "the token came from the endpoint");
+
+    let topic = unique("sec-oauth");
+    let root = tempfile::tempdir().unwrap();
+    create_topic(&topic, 2).await;
+    produce(&sample_records(&topic, 40, 2, base_ts())).await;
+    let cfg = root.path().join("strata.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{kafka}[store]\nurl = \"file://{}\"\n[[tasks]]\nname = \"{}\"\ntopics = [\"{topic}\"]\nformat = \"jsonl\"\n",
+            root.path().join("arch").display(),
+            unique("oauth")
+        ),
+    )
+    .unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let issued = provider.issued();
+    let (code, out) = run_secured(&["dump", "--once", "--config", cfg], &secret);
+    assert_eq!(code, Some(0), "dump\n{out}");
+    assert!(provider.issued() > issued, "the dump fetched its own token");
+    let cp = root.path().join("cp.json");
+    let (code, out) = run_secured(
+        &[
+            "restore",
+            "--config",
+            cfg,
+            "--target-prefix",
+            "oauth.",
+            "--exactly-once",
+            "--checkpoint",
+            cp.to_str().unwrap(),
+        ],
+        &secret,
+    );
+    assert_eq!(code, Some(0), "restore\n{out}");
+    assert_same_per_partition(
+        &consume_all(&topic),
+        &consume_committed(&format!("oauth.{topic}")),
+    );
+    assert_eq!(provider.refused(), 0);
+}
+
+/// A client secret the token endpoint refuses ends the command with an error that names the
+/// endpoint and the client (never the secret), instead of a login retried forever.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_oauth_client_names_the_token_endpoint() {
+    let provider = common::oidc::Provider::start("strata-test-client", "the-right-secret").await;
+    let topic = unique("sec-oauth-refused");
+    create_topic(&topic, 1).await;
+    let root = tempfile::tempdir().unwrap();
+    let cfg = root.path().join("strata.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "{}[store]\nurl = \"file://{}\"\n[[tasks]]\nname = \"{}\"\ntopics = [\"{topic}\"]\n",
+            oauth_kafka(&provider.token_endpoint(), "strata-test-client"),
+            root.path().join("arch").display(),
+            unique("oauth")
+        ),
+    )
+    .unwrap();
+    let (code, out) = run_secured(
+        &["dump", "--once", "--config", cfg.to_str().unwrap()],
+        "a-wrong-client-secret",
+    );
+    assert_eq!(code, Some(1), "a refused client is a failure\n{out}");
+    for want in [
+        "no login token for Kafka at",
+        provider.token_endpoint().as_str(),
+        "client \"strata-test-client\"",
+        "oauth_client_secret",
+    ] {
+        assert!(out.contains(want), "the error names {want:?}:\n{out}");
+    }
+    assert!(provider.refused() >= 1);
+    assert_eq!(provider.issued(), 0);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn refused_logins_certificates_and_acls_are_clear_errors() {
     let topic = unique("sec-refused");

@@ -23,7 +23,7 @@ mod validate;
 pub use crate::cdc::{CdcOptions, OnMalformed};
 pub use crate::size::ByteSize;
 pub use dump::{DumpTask, StateMode, StateSettings, TimeSource};
-pub use kafka::{KafkaConfig, Sasl, SaslMechanism, SecurityProtocol, Tls};
+pub use kafka::{KafkaConfig, MskIam, OAuthClient, Sasl, SaslMechanism, SecurityProtocol, Tls};
 pub use overrides::RestoreOverrides;
 pub use replicate::{
     never_replicated, Alias, Direction, GroupSync, ProduceCompression, ReplicateTask, TargetNaming,

@@ -84,6 +84,14 @@ raw_table! {
         pub ssl_certificate_location: Option<String>,
         pub ssl_key_location: Option<String>,
         pub ssl_key_password: Option<String>,
+        pub oauth_token_endpoint: Option<String>,
+        pub oauth_client_id: Option<String>,
+        pub oauth_client_secret: Option<String>,
+        pub oauth_scope: Option<String>,
+        /// `oauth_extensions = { logicalCluster = "lkc-1" }` or `[kafka.oauth_extensions]`.
+        pub oauth_extensions: Option<BTreeMap<String, String>>,
+        pub aws_region: Option<String>,
+        pub aws_role_arn: Option<String>,
         pub client_id: Option<String>,
         #[serde(default)]
         pub properties: BTreeMap<String, toml::Value>,
@@ -133,6 +141,8 @@ raw_table! {
 
 /// A `[[tasks]]` entry, by its `type` (absent: dump). Each type's struct holds all of its keys;
 /// `type` itself is read first and is in none of them.
+// Read once per file: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum RawTask {
     Dump(RawDumpTask),

@@ -29,6 +29,55 @@ fn object_options(o: &mut String, w: &ObjectOptions) {
     }
 }
 
+/// The SASL login, as `, SASL <mechanism> ...`: who logs in and how, secrets redacted.
+fn sasl(o: &mut String, s: &Sasl) {
+    match s {
+        Sasl::Password {
+            mechanism,
+            username,
+            password,
+        } => {
+            let _ = write!(
+                o,
+                ", SASL {} as {username:?}, password {}",
+                mechanism.as_str(),
+                secret(password)
+            );
+        }
+        Sasl::OAuthBearer(c) => {
+            let _ = write!(
+                o,
+                ", SASL OAUTHBEARER (OIDC client credentials) as client {:?} of {}, client secret {}",
+                c.client_id,
+                c.token_endpoint,
+                secret(&c.client_secret)
+            );
+            if let Some(scope) = &c.scope {
+                let _ = write!(o, ", scope {scope:?}");
+            }
+            if !c.extensions.is_empty() {
+                let e: Vec<String> = c
+                    .extensions
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                let _ = write!(o, ", extensions {}", e.join(","));
+            }
+        }
+        Sasl::AwsMskIam(m) => {
+            let _ = write!(
+                o,
+                ", SASL AWS_MSK_IAM (tokens signed for region {}, credentials from the AWS default chain",
+                m.region.as_deref().unwrap_or("of the AWS environment")
+            );
+            if let Some(r) = &m.role {
+                let _ = write!(o, ", assuming {r}");
+            }
+            o.push(')');
+        }
+    }
+}
+
 /// A human summary of a validated configuration; safe to print and to paste into tickets.
 /// `region`: the S3 region as the store found it (`None` when it could not be found).
 pub fn render_report(origin: &str, c: &Config, region: Option<&S3Region>) -> String {
@@ -42,13 +91,7 @@ pub fn render_report(origin: &str, c: &Config, region: Option<&S3Region>) -> Str
         k.security_protocol.as_str()
     );
     if let Some(s) = &k.sasl {
-        let _ = write!(
-            o,
-            ", SASL {} as {:?}, password {}",
-            s.mechanism.as_str(),
-            s.username,
-            secret(&s.password)
-        );
+        sasl(&mut o, s);
     }
     if let Some(p) = &k.tls.key_password {
         let _ = write!(o, ", TLS key password {}", secret(p));

@@ -62,8 +62,11 @@ fn full_example_parses_into_types() {
     let c = load(FULL).unwrap();
     assert_eq!(c.kafka.bootstrap_servers, vec!["k1:9092", "k2:9092"]);
     let sasl = c.kafka.sasl.as_ref().unwrap();
-    assert_eq!(sasl.mechanism, SaslMechanism::ScramSha512);
-    assert_eq!(sasl.password.expose(), "hunter2-kafka");
+    assert_eq!(sasl.mechanism(), SaslMechanism::ScramSha512);
+    let Sasl::Password { password, .. } = sasl else {
+        panic!("{sasl:?}")
+    };
+    assert_eq!(password.expose(), "hunter2-kafka");
     assert_eq!(c.kafka.properties["fetch.max.bytes"], "10485760");
     assert_eq!(
         c.store.url,
@@ -1090,4 +1093,86 @@ fn a_dump_tasks_state_snapshots_are_configured_and_checked() {
     for key in ["tasks[0].state", "tasks[0].state_interval_secs"] {
         assert!(keys.contains(&key), "{key}: {found:#?}");
     }
+}
+
+/// The keys of each SASL login kind: required ones named, another kind's refused, GSSAPI
+/// refused with the reason, secrets never in messages.
+#[test]
+fn sasl_logins_of_each_kind_are_checked() {
+    let oauth = issues(
+        "[kafka]\nsecurity_protocol = \"SASL_SSL\"\nsasl_mechanism = \"oauthbearer\"\noauth_token_endpoint = \"https://u:p@idp/token\"\npassword = \"pw-123\"\noauth_scope = \" \"\noauth_extensions = { \"bad-name\" = \"x\", auth = \"y\", ok = \"a,b\" }\n",
+    );
+    let want: &[(&str, &str)] = &[
+        ("kafka.password", "is only for sasl_mechanism PLAIN"),
+        ("kafka.oauth_token_endpoint", "holds user info"),
+        (
+            "kafka.oauth_client_id",
+            "is required with sasl_mechanism = \"OAUTHBEARER\"",
+        ),
+        ("kafka.oauth_client_secret", "${KAFKA_OAUTH_CLIENT_SECRET}"),
+        ("kafka.oauth_scope", "is empty"),
+        ("kafka.oauth_extensions.bad-name", "letters only"),
+        ("kafka.oauth_extensions.auth", "reserved"),
+        ("kafka.oauth_extensions.ok", "comma"),
+    ];
+    for (key, fragment) in want {
+        assert!(
+            oauth
+                .iter()
+                .any(|i| i.key == *key && i.message.contains(fragment)),
+            "missing {key}: ...{fragment}... in {oauth:#?}"
+        );
+    }
+    assert!(!format!("{oauth:?}").contains("pw-123"));
+
+    let msk = issues(
+        "[kafka]\nsecurity_protocol = \"SASL_PLAINTEXT\"\nsasl_mechanism = \"AWS_MSK_IAM\"\naws_region = \"EU West\"\naws_role_arn = \"kafka-archiver\"\noauth_client_id = \"x\"\n",
+    );
+    for (key, fragment) in [
+        ("kafka.security_protocol", "needs \"SASL_SSL\""),
+        ("kafka.aws_region", "is not an AWS region name"),
+        ("kafka.aws_role_arn", "is not an IAM role ARN"),
+        (
+            "kafka.oauth_client_id",
+            "is only for sasl_mechanism OAUTHBEARER",
+        ),
+    ] {
+        assert!(
+            msk.iter()
+                .any(|i| i.key == key && i.message.contains(fragment)),
+            "missing {key}: ...{fragment}... in {msk:#?}"
+        );
+    }
+
+    let gss =
+        issues("[kafka]\nsecurity_protocol = \"SASL_PLAINTEXT\"\nsasl_mechanism = \"GSSAPI\"\n");
+    assert!(
+        gss.iter().any(|i| i.key == "kafka.sasl_mechanism"
+            && i.message.contains("GSSAPI (Kerberos) is not supported")),
+        "{gss:#?}"
+    );
+    let plain = issues("[kafka]\nsecurity_protocol = \"PLAINTEXT\"\noauth_client_id = \"x\"\naws_region = \"eu-west-1\"\n");
+    for key in ["kafka.oauth_client_id", "kafka.aws_region"] {
+        assert!(
+            plain
+                .iter()
+                .any(|i| i.key == key && i.message.contains("use SASL_PLAINTEXT or SASL_SSL")),
+            "{plain:#?}"
+        );
+    }
+
+    let c = load(
+        "[kafka]\nsecurity_protocol = \"SASL_SSL\"\nsasl_mechanism = \"OAUTHBEARER\"\noauth_token_endpoint = \"https://idp/token\"\noauth_client_id = \"strata\"\noauth_client_secret = \"${KAFKA_PASSWORD}\"\n",
+    )
+    .unwrap();
+    assert_eq!(
+        c.kafka.sasl.as_ref().unwrap().mechanism(),
+        SaslMechanism::OAuthBearer
+    );
+    let report = report::render_report("t", &c, None);
+    assert!(
+        report.contains("as client \"strata\" of https://idp/token, client secret <set, from ${KAFKA_PASSWORD}>"),
+        "{report}"
+    );
+    assert!(!report.contains("hunter2-kafka"), "{report}");
 }

@@ -30,11 +30,11 @@ pub(super) enum Control {
         ack: oneshot::Sender<Result<u64, String>>,
     },
     /// The group's committed offset and the partition's watermarks, now.
-    Facts {
-        tp: Tp,
-        ack: oneshot::Sender<Result<Facts, String>>,
-    },
+    Facts { tp: Tp, ack: FactsAck },
 }
+
+/// Where the answer to [`Control::Facts`] goes.
+pub(super) type FactsAck = oneshot::Sender<Result<Facts, String>>;
 
 /// Where a rewind takes a partition.
 #[derive(Debug, Clone, Copy)]

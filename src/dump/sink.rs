@@ -5,7 +5,7 @@
 //! full makes the source keep the partition's batch (and pause it when that lasts).
 
 use super::once::{Probe, Targets};
-use super::requests::Control;
+use super::requests::{Control, FactsAck};
 use super::sequencer::{PartitionFlags, UploadContext};
 use super::writer::ToWriter;
 use super::{DumpError, DumpOptions, Metrics, Tp};
@@ -168,6 +168,7 @@ impl DumpSink {
     /// questions about a partition.
     fn serve_controls(&mut self, src: &mut Source) {
         let mut commits: Vec<(Tp, i64, CommitAck)> = Vec::new();
+        let mut asked = Vec::new();
         while let Ok(ctl) = self.control.try_recv() {
             match ctl {
                 Control::Commit { tp, offset, ack } => commits.push((tp, offset, ack)),
@@ -182,10 +183,11 @@ impl DumpSink {
                     let r = self.rewind(src, &tp, to, commit, cut, limit);
                     let _ = ack.send(r);
                 }
-                Control::Facts { tp, ack } => {
-                    let _ = ack.send(self.facts(src, &tp));
-                }
+                Control::Facts { tp, ack } => asked.push((tp, ack)),
             }
+        }
+        if !asked.is_empty() {
+            self.answer_facts(src, asked);
         }
         if commits.is_empty() {
             return;
@@ -203,18 +205,30 @@ impl DumpSink {
         }
     }
 
-    /// The group's committed offset and the partition's watermarks, now.
-    fn facts(&self, src: &Source, tp: &Tp) -> Result<super::start::Facts, String> {
-        let committed = self.committed(tp)?;
-        let (low, high) = src
-            .consumer()
-            .fetch_watermarks(&tp.topic, tp.partition, Duration::from_secs(10))
-            .map_err(|e| format!("watermarks: {e}"))?;
-        Ok(super::start::Facts {
-            committed,
-            low,
-            high,
-        })
+    /// The group's committed offsets and the partitions' watermarks, now. The partitions
+    /// assigned together ask together: one committed-offsets request serves them all (one per
+    /// partition made a start of many partitions wait a coordinator round trip each).
+    fn answer_facts(&self, src: &Source, asked: Vec<(Tp, FactsAck)>) {
+        let mut tpl = TopicPartitionList::new();
+        for (tp, _) in &asked {
+            tpl.add_partition(&tp.topic, tp.partition);
+        }
+        let committed = crate::kafka::committed_offsets(&self.group, &tpl, Duration::from_secs(10))
+            .map_err(|e| format!("the group's committed offset: {e}"));
+        for (tp, ack) in asked {
+            let facts = committed.clone().and_then(|c| {
+                let (low, high) = src
+                    .consumer()
+                    .fetch_watermarks(&tp.topic, tp.partition, Duration::from_secs(10))
+                    .map_err(|e| format!("watermarks: {e}"))?;
+                Ok(super::start::Facts {
+                    committed: offset_of(&c, &tp.topic, tp.partition),
+                    low,
+                    high,
+                })
+            });
+            let _ = ack.send(facts);
+        }
     }
 
     /// The group's committed offset of one partition.

@@ -137,12 +137,16 @@ fn topic_configs(
     if layout.is_empty() {
         return Ok(out);
     }
-    let admin: AdminClient<crate::kafka::Watch> = crate::kafka::client_config(k)
+    let settings = crate::kafka::client_config(k);
+    let client_err = |source| KafkaError::Client {
+        servers: servers(k),
+        source,
+    };
+    let admin: AdminClient<crate::kafka::Watch> = settings
         .create_with_context(crate::kafka::Watch::default())
-        .map_err(|source| KafkaError::Client {
-            servers: servers(k),
-            source,
-        })?;
+        .map_err(client_err)?;
+    crate::kafka::msk_iam::prime(admin.inner(), &settings)
+        .map_err(|e| client_err(rdkafka::error::KafkaError::ClientCreation(e.to_string())))?;
     let specs: Vec<ResourceSpecifier<'_>> = layout
         .keys()
         .map(|t| ResourceSpecifier::Topic(t.as_str()))
@@ -155,6 +159,12 @@ fn topic_configs(
         })?;
     for (topic, r) in layout.keys().zip(described) {
         match r {
+            // rust-rdkafka 0.39 drops DescribeConfigs' per-resource errors and answers an
+            // empty list instead; a topic Kafka may describe always has entries (its defaults
+            // included), so an empty one is a refusal (TOPIC_AUTHORIZATION_FAILED).
+            Ok(resource) if resource.entries.is_empty() => missing.push(format!(
+                "the configs of topic {topic:?} (Kafka sent none: not authorized): allow DescribeConfigs on the topic (kafka-acls --add --allow-principal User:NAME --operation DescribeConfigs --topic {topic})"
+            )),
             Ok(resource) => {
                 let own: BTreeMap<String, String> = resource
                     .entries
@@ -221,6 +231,15 @@ fn group_offsets(
 ) -> Result<Vec<GroupState>, KafkaError> {
     if layout.is_empty() {
         return Ok(Vec::new());
+    }
+    // Without Describe on the cluster, Kafka's group list leaves out, without a word, every
+    // group the principal may not describe itself.
+    match crate::kafka::group_offsets::may_describe_cluster(reader, CALL) {
+        Ok(Some(false)) => missing.push(
+            "the list of every consumer group (Kafka lists only the groups this principal may describe): allow Describe on the cluster (kafka-acls --add --allow-principal User:NAME --operation Describe --cluster), or Describe on each group to record".into(),
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::debug!(error = %e, "the principal's rights on the cluster are unknown"),
     }
     let groups: Vec<String> = match reader.fetch_group_list(None, CALL) {
         Ok(list) => list

@@ -7,7 +7,9 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::metadata::Metadata;
 use rdkafka::types::RDKafkaErrorCode;
-use std::time::{Duration, Instant};
+use rdkafka::ClientConfig;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
 
 /// Admin and metadata calls against one cluster.
 pub struct Admin {
@@ -16,6 +18,10 @@ pub struct Admin {
     /// Shared by both clients: a refused login or TLS handshake ends calls early.
     watch: Watch,
     kafka: KafkaConfig,
+    /// Both clients' settings, for their AWS_MSK_IAM token.
+    settings: ClientConfig,
+    /// When the token both clients have was signed (AWS_MSK_IAM).
+    token_signed: Mutex<Option<SystemTime>>,
 }
 
 impl Admin {
@@ -26,12 +32,42 @@ impl Admin {
             source,
         };
         let watch = Watch::default();
-        Ok(Self {
+        let admin = Self {
             admin: cfg.create_with_context(watch.clone()).map_err(err)?,
             meta: cfg.create_with_context(watch.clone()).map_err(err)?,
             watch,
             kafka: k.clone(),
-        })
+            settings: cfg,
+            token_signed: Mutex::new(None),
+        };
+        admin
+            .keep_token()
+            .map_err(|e| err(rdkafka::error::KafkaError::ClientCreation(e.to_string())))?;
+        Ok(admin)
+    }
+
+    /// Hands both clients the current AWS_MSK_IAM token when it is new: nothing serves the
+    /// admin client's event queue, where librdkafka asks for one (see [`super::msk_iam::prime`]).
+    fn keep_token(&self) -> Result<(), super::msk_iam::MskIamError> {
+        let Some(t) = super::msk_iam::token_of(&self.settings)? else {
+            return Ok(());
+        };
+        let mut signed = self.token_signed.lock().unwrap_or_else(|e| e.into_inner());
+        if *signed != Some(t.signed_at) {
+            super::msk_iam::set(self.admin.inner(), &t)?;
+            super::msk_iam::set(self.meta.client(), &t)?;
+            *signed = Some(t.signed_at);
+        }
+        Ok(())
+    }
+
+    /// [`Self::keep_token`] before a call; a failure is logged, the call then fails as a
+    /// refused login.
+    fn fresh(&self) -> &Self {
+        if let Err(e) = self.keep_token() {
+            tracing::warn!(servers = %super::servers(&self.kafka), error = %e, "no AWS_MSK_IAM token for the admin client");
+        }
+        self
     }
 
     /// [`Self::new`], then a metadata request: the cluster answers and accepts this client's
@@ -78,7 +114,7 @@ impl Admin {
                 next = (next * 2).min(Duration::from_secs(8));
             }
             self.serve_events();
-            match self.meta.fetch_metadata(topic, step) {
+            match self.fresh().meta.fetch_metadata(topic, step) {
                 Ok(md) => return Ok(md),
                 Err(e) if self.watch.refusal().is_some() || Instant::now() >= deadline => {
                     return Err(self.unreachable(e))
@@ -104,6 +140,7 @@ impl Admin {
             .operation_timeout(Some(ADMIN_TIMEOUT))
             .request_timeout(Some(ADMIN_TIMEOUT));
         let results = self
+            .fresh()
             .admin
             .create_topics([&t], &opts)
             .await
@@ -133,6 +170,7 @@ impl Admin {
             .validate_only(true)
             .request_timeout(Some(ADMIN_TIMEOUT));
         let results = self
+            .fresh()
             .admin
             .create_topics([&t], &opts)
             .await
@@ -152,6 +190,7 @@ impl Admin {
     pub async fn delete_topics(&self, names: &[&str]) -> Result<(), KafkaError> {
         let opts = AdminOptions::new().operation_timeout(Some(ADMIN_TIMEOUT));
         let results = self
+            .fresh()
             .admin
             .delete_topics(names, &opts)
             .await
@@ -205,6 +244,7 @@ impl Admin {
         use rdkafka::admin::ResourceSpecifier;
         let opts = AdminOptions::new().request_timeout(Some(ADMIN_TIMEOUT));
         let results = self
+            .fresh()
             .admin
             .describe_configs([&ResourceSpecifier::Topic(topic)], &opts)
             .await
@@ -235,6 +275,7 @@ impl Admin {
         use rdkafka::admin::ResourceSpecifier;
         let opts = AdminOptions::new().request_timeout(Some(ADMIN_TIMEOUT));
         let results = self
+            .fresh()
             .admin
             .describe_configs([&ResourceSpecifier::Topic(topic)], &opts)
             .await
@@ -258,6 +299,7 @@ impl Admin {
             .operation_timeout(Some(ADMIN_TIMEOUT))
             .request_timeout(Some(ADMIN_TIMEOUT));
         let results = self
+            .fresh()
             .admin
             .create_partitions([&NewPartitions::new(topic, total)], &opts)
             .await
@@ -278,6 +320,7 @@ impl Admin {
     /// Consumer groups: name, state and how many members are active.
     pub fn groups(&self) -> Result<Vec<(String, String, usize)>, KafkaError> {
         let list = self
+            .fresh()
             .meta
             .fetch_group_list(None, ADMIN_TIMEOUT)
             .map_err(|e| self.unreachable(e))?;
@@ -310,7 +353,8 @@ impl Admin {
 
     /// `(low, high)` watermarks of one partition.
     pub fn watermarks(&self, topic: &str, partition: i32) -> Result<(i64, i64), KafkaError> {
-        self.meta
+        self.fresh()
+            .meta
             .fetch_watermarks(topic, partition, ADMIN_TIMEOUT)
             .map_err(|e| KafkaError::Topic {
                 topic: topic.to_string(),

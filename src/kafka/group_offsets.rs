@@ -1,9 +1,11 @@
-//! Many consumer groups' committed offsets through one client: librdkafka's
-//! ListConsumerGroupOffsets admin call takes one group per request, but any number of requests
-//! may be in flight on one client, so hundreds of groups cost a few round trips instead of a
-//! client (and its connections) per group. rust-rdkafka does not wrap this call; this is the
-//! one place strata calls librdkafka's C API itself, with every object it creates destroyed on
+//! librdkafka admin calls rust-rdkafka does not wrap, on a client strata already has; the one
+//! place strata calls librdkafka's C API itself, with every object it creates destroyed on
 //! every path.
+//! - Many consumer groups' committed offsets: ListConsumerGroupOffsets takes one group per
+//!   request, but any number of requests may be in flight on one client, so hundreds of groups
+//!   cost a few round trips instead of a client (and its connections) per group.
+//! - What the principal may do on the cluster (DescribeCluster with its authorized operations):
+//!   without Describe there, Kafka lists only the groups the principal may describe, silently.
 
 use rdkafka::bindings as rd;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
@@ -77,6 +79,86 @@ pub fn list<C: ConsumerContext>(
     out
 }
 
+/// Whether the principal may Describe the cluster (so a group listing shows every group), or
+/// `None` when the broker does not say (an older broker).
+pub fn may_describe_cluster<C: ConsumerContext>(
+    client: &BaseConsumer<C>,
+    timeout: Duration,
+) -> Result<Option<bool>, String> {
+    let rk = Consumer::client(client).native_ptr();
+    // SAFETY: `rk` is a live client for the whole call (borrowed); the options, the queue and
+    // the event are destroyed below on every path; the operations array belongs to the event
+    // and is read before the event is destroyed.
+    unsafe {
+        let queue = rd::rd_kafka_queue_new(rk);
+        if queue.is_null() {
+            return Err("librdkafka could not make a queue".into());
+        }
+        let opts = rd::rd_kafka_AdminOptions_new(
+            rk,
+            rd::rd_kafka_admin_op_t::RD_KAFKA_ADMIN_OP_DESCRIBECLUSTER,
+        );
+        if opts.is_null() {
+            rd::rd_kafka_queue_destroy(queue);
+            return Err("librdkafka refused the request".into());
+        }
+        let e = rd::rd_kafka_AdminOptions_set_include_authorized_operations(opts, 1);
+        if !e.is_null() {
+            rd::rd_kafka_error_destroy(e);
+        }
+        rd::rd_kafka_DescribeCluster(rk, opts, queue);
+        rd::rd_kafka_AdminOptions_destroy(opts);
+        let ev = rd::rd_kafka_queue_poll(queue, timeout.as_millis().min(i32::MAX as u128) as i32);
+        let answer = if ev.is_null() {
+            Err(format!("no answer within {} s", timeout.as_secs()))
+        } else {
+            let r = read_cluster_operations(ev);
+            rd::rd_kafka_event_destroy(ev);
+            r
+        };
+        rd::rd_kafka_queue_destroy(queue);
+        answer
+    }
+}
+
+/// Reads a DescribeCluster result event's authorized operations.
+///
+/// # Safety
+/// `ev` must be a live event; nothing it points to is kept past the call.
+unsafe fn read_cluster_operations(ev: *mut rd::rd_kafka_event_t) -> Result<Option<bool>, String> {
+    if rd::rd_kafka_event_type(ev) != rd::RD_KAFKA_EVENT_DESCRIBECLUSTER_RESULT {
+        return Err("librdkafka answered another call".into());
+    }
+    let err = rd::rd_kafka_event_error(ev);
+    if err != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR {
+        return Err(text(rd::rd_kafka_event_error_string(ev)));
+    }
+    let res = rd::rd_kafka_event_DescribeCluster_result(ev);
+    if res.is_null() {
+        return Err("librdkafka gave no result".into());
+    }
+    let mut cnt = 0usize;
+    let ops = rd::rd_kafka_DescribeCluster_result_authorized_operations(res, &mut cnt);
+    // NULL: the broker did not say; a pointer with no operations: no rights at all.
+    if ops.is_null() {
+        return Ok(None);
+    }
+    let ops: Vec<u32> = (0..cnt).map(|i| *ops.add(i) as u32).collect();
+    Ok(Some(grants_describe(&ops)))
+}
+
+/// Whether authorized operations (librdkafka's codes) include Describe: Describe itself, or
+/// Alter or All, which imply it.
+fn grants_describe(ops: &[u32]) -> bool {
+    use rd::rd_kafka_AclOperation_t::*;
+    let implied = [
+        RD_KAFKA_ACL_OPERATION_DESCRIBE as u32,
+        RD_KAFKA_ACL_OPERATION_ALTER as u32,
+        RD_KAFKA_ACL_OPERATION_ALL as u32,
+    ];
+    ops.iter().any(|op| implied.contains(op))
+}
+
 /// Reads one ListConsumerGroupOffsets result event into `out`.
 ///
 /// # Safety
@@ -128,4 +210,26 @@ unsafe fn text(p: *const std::os::raw::c_char) -> String {
         return String::new();
     }
     CStr::from_ptr(p).to_string_lossy().into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rd::rd_kafka_AclOperation_t::*;
+
+    #[test]
+    fn describe_is_granted_by_describe_alter_or_all() {
+        assert!(grants_describe(&[RD_KAFKA_ACL_OPERATION_DESCRIBE as u32]));
+        assert!(grants_describe(&[
+            RD_KAFKA_ACL_OPERATION_CREATE as u32,
+            RD_KAFKA_ACL_OPERATION_ALTER as u32
+        ]));
+        assert!(grants_describe(&[RD_KAFKA_ACL_OPERATION_ALL as u32]));
+        assert!(!grants_describe(&[
+            RD_KAFKA_ACL_OPERATION_CREATE as u32,
+            RD_KAFKA_ACL_OPERATION_CLUSTER_ACTION as u32,
+            RD_KAFKA_ACL_OPERATION_IDEMPOTENT_WRITE as u32
+        ]));
+        assert!(!grants_describe(&[]));
+    }
 }

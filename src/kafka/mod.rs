@@ -4,10 +4,11 @@
 
 pub mod admin;
 pub mod group_offsets;
+pub mod msk_iam;
 pub mod refusal;
 pub mod source;
 
-use crate::config::KafkaConfig;
+use crate::config::{KafkaConfig, Sasl};
 use rdkafka::consumer::{Consumer, ConsumerContext};
 use rdkafka::error::KafkaResult;
 use rdkafka::{ClientConfig, TopicPartitionList};
@@ -33,11 +34,24 @@ pub enum KafkaError {
     Unreachable { servers: String, detail: String },
     #[error("topic {topic:?}: {detail}")]
     Topic { topic: String, detail: String },
-    #[error("Kafka at {servers} refused the login of {who}: {detail}; check the user name and password of this cluster's settings (and that the user exists for this mechanism)")]
+    #[error("Kafka at {servers} refused the login of {who}: {detail}; {fix}")]
     LoginRefused {
         servers: String,
         who: String,
         detail: String,
+        fix: &'static str,
+    },
+    /// No OAUTHBEARER token to log in with: the OIDC provider's token endpoint refused or
+    /// failed, or (AWS_MSK_IAM) no AWS credentials could sign one.
+    #[error(
+        "no login token for Kafka at {servers}: {source_of_tokens} gave none: {detail}; {fix}"
+    )]
+    NoToken {
+        servers: String,
+        /// `the OAuth token endpoint URL (client "id")` or `the AWS credentials of ...`.
+        source_of_tokens: String,
+        detail: String,
+        fix: &'static str,
     },
     #[error("TLS with Kafka at {servers} failed: {detail}; check that {ca} holds the CA that signed the brokers' certificates{client}")]
     Tls {
@@ -65,10 +79,42 @@ pub fn client_config(k: &KafkaConfig) -> ClientConfig {
         .set("client.id", &k.client_id)
         // librdkafka logs through our handler; keep its own chatter at warnings.
         .set("log_level", "4");
-    if let Some(s) = &k.sasl {
-        c.set("sasl.mechanism", s.mechanism.as_str())
-            .set("sasl.username", &s.username)
-            .set("sasl.password", s.password.expose());
+    match &k.sasl {
+        None => {}
+        Some(Sasl::Password {
+            mechanism,
+            username,
+            password,
+        }) => {
+            c.set("sasl.mechanism", mechanism.as_str())
+                .set("sasl.username", username)
+                .set("sasl.password", password.expose());
+        }
+        // librdkafka's own OIDC client: it fetches a token with the client credentials grant
+        // (HTTP Basic auth) and refreshes it at 80% of its life, on a thread of its own.
+        Some(Sasl::OAuthBearer(o)) => {
+            c.set("sasl.mechanism", "OAUTHBEARER")
+                .set("sasl.oauthbearer.method", "oidc")
+                .set("sasl.oauthbearer.token.endpoint.url", &o.token_endpoint)
+                .set("sasl.oauthbearer.client.id", &o.client_id)
+                .set("sasl.oauthbearer.client.secret", o.client_secret.expose());
+            if let Some(scope) = &o.scope {
+                c.set("sasl.oauthbearer.scope", scope);
+            }
+            if !o.extensions.is_empty() {
+                let e: Vec<String> = o
+                    .extensions
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                c.set("sasl.oauthbearer.extensions", e.join(","));
+            }
+        }
+        // Tokens come from the contexts' refresh hook (msk_iam), which this names the settings to.
+        Some(Sasl::AwsMskIam(m)) => {
+            c.set("sasl.mechanism", "OAUTHBEARER")
+                .set("sasl.oauthbearer.config", msk_iam::oauthbearer_config(m));
+        }
     }
     let tls = &k.tls;
     if let Some(p) = &tls.ca_location {
@@ -94,9 +140,13 @@ pub fn client_config(k: &KafkaConfig) -> ClientConfig {
 /// error log.
 pub type Reader = rdkafka::consumer::BaseConsumer<Watch>;
 
-/// Creates a [`Reader`] from client settings.
+/// Creates a [`Reader`] from client settings (with its login token at once, for AWS_MSK_IAM:
+/// readers make blocking calls before they poll).
 pub fn reader(c: &ClientConfig) -> rdkafka::error::KafkaResult<Reader> {
-    c.create_with_context(Watch::default())
+    let r: Reader = c.create_with_context(Watch::default())?;
+    msk_iam::prime(r.client(), c)
+        .map_err(|e| rdkafka::error::KafkaError::ClientCreation(e.to_string()))?;
+    Ok(r)
 }
 
 /// A client of consumer group `group` that never joins it: it reads the group's committed
@@ -186,6 +236,66 @@ pub fn servers(k: &KafkaConfig) -> String {
 mod tests {
     use super::*;
     use crate::config::Config;
+
+    #[test]
+    fn oauthbearer_settings_reach_librdkafkas_oidc_client() {
+        let c = Config::from_toml(
+            r#"[kafka]
+security_protocol = "SASL_SSL"
+sasl_mechanism = "OAUTHBEARER"
+oauth_token_endpoint = "https://idp.example.com/token"
+oauth_client_id = "strata"
+oauth_client_secret = "${SECRET}"
+oauth_scope = "kafka read"
+oauth_extensions = { logicalCluster = "lkc-1", identityPoolId = "pool-2" }
+"#,
+            "t",
+            |k| (k == "SECRET").then(|| "s3cr3t".to_string()),
+        )
+        .unwrap();
+        let cc = client_config(&c.kafka);
+        assert_eq!(cc.get("sasl.mechanism"), Some("OAUTHBEARER"));
+        assert_eq!(cc.get("sasl.oauthbearer.method"), Some("oidc"));
+        assert_eq!(
+            cc.get("sasl.oauthbearer.token.endpoint.url"),
+            Some("https://idp.example.com/token")
+        );
+        assert_eq!(cc.get("sasl.oauthbearer.client.id"), Some("strata"));
+        assert_eq!(cc.get("sasl.oauthbearer.client.secret"), Some("s3cr3t"));
+        assert_eq!(cc.get("sasl.oauthbearer.scope"), Some("kafka read"));
+        assert_eq!(
+            cc.get("sasl.oauthbearer.extensions"),
+            Some("identityPoolId=pool-2,logicalCluster=lkc-1")
+        );
+        assert_eq!(cc.get("sasl.username"), None);
+        // librdkafka accepts the whole set (it checks OIDC settings when a client is made).
+        let r: Result<rdkafka::consumer::BaseConsumer, _> = cc.create();
+        assert!(r.is_ok(), "{:?}", r.err());
+    }
+
+    #[test]
+    fn aws_msk_iam_names_its_settings_for_the_token_hook() {
+        let c = Config::from_toml(
+            "[kafka]\nsecurity_protocol = \"SASL_SSL\"\nsasl_mechanism = \"AWS_MSK_IAM\"\naws_region = \"eu-west-1\"\n",
+            "t",
+            |_| None,
+        )
+        .unwrap();
+        let cc = client_config(&c.kafka);
+        assert_eq!(cc.get("sasl.mechanism"), Some("OAUTHBEARER"));
+        assert_eq!(
+            cc.get("sasl.oauthbearer.method"),
+            None,
+            "tokens come from strata"
+        );
+        let Some(crate::config::Sasl::AwsMskIam(m)) = &c.kafka.sasl else {
+            panic!("{:?}", c.kafka.sasl)
+        };
+        assert_eq!(
+            cc.get("sasl.oauthbearer.config"),
+            Some(msk_iam::oauthbearer_config(m).as_str())
+        );
+    }
 
     #[test]
     fn sasl_and_extra_properties_reach_librdkafka() {

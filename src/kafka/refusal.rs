@@ -4,7 +4,7 @@
 //! the user or the certificate file, and the fix.
 
 use super::{servers, KafkaError};
-use crate::config::KafkaConfig;
+use crate::config::{KafkaConfig, Sasl, SaslMechanism};
 use rdkafka::types::RDKafkaErrorCode;
 use std::sync::{Arc, Mutex};
 
@@ -15,11 +15,20 @@ pub enum Refusal {
     Login(String),
     /// The TLS handshake failed (untrusted CA, name mismatch, client certificate refused).
     Tls(String),
+    /// There was no OAUTHBEARER token to log in with (the token endpoint refused the client,
+    /// or no AWS credentials signed one).
+    Token(String),
 }
+
+/// How librdkafka starts the error of a failed OAUTHBEARER token refresh.
+const NO_TOKEN: &str = "Failed to acquire SASL OAUTHBEARER token";
 
 /// The refusal a client error stands for, if any.
 pub fn refusal_of(error: &rdkafka::error::KafkaError, reason: &str) -> Option<Refusal> {
     match error.rdkafka_error_code()? {
+        RDKafkaErrorCode::Authentication if reason.contains(NO_TOKEN) => {
+            Some(Refusal::Token(reason.to_string()))
+        }
         RDKafkaErrorCode::Authentication | RDKafkaErrorCode::SaslAuthenticationFailed => {
             Some(Refusal::Login(reason.to_string()))
         }
@@ -75,6 +84,8 @@ impl Watch {
 }
 
 impl rdkafka::client::ClientContext for Watch {
+    super::msk_iam::oauth_token_hook!();
+
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
         if !self.note(&error, reason)
             && error.rdkafka_error_code() != Some(RDKafkaErrorCode::PartitionEOF)
@@ -86,13 +97,48 @@ impl rdkafka::client::ClientContext for Watch {
 
 impl rdkafka::consumer::ConsumerContext for Watch {}
 
+/// For producers whose deliveries the caller checks itself (flush, transactions).
+impl rdkafka::producer::ProducerContext for Watch {
+    type DeliveryOpaque = ();
+    fn delivery(&self, _: &rdkafka::message::DeliveryResult<'_>, _: ()) {}
+}
+
 /// Who this client is to the cluster, for messages: the SASL user, the client certificate, or
 /// an anonymous client.
 pub fn principal(k: &KafkaConfig) -> String {
     match (&k.sasl, &k.tls.certificate_location) {
-        (Some(s), _) => format!("user {:?}", s.username),
+        (Some(s), _) => s.who(),
         (None, Some(cert)) => format!("the client certificate {}", cert.display()),
         (None, None) => "this client (no user or client certificate configured)".to_string(),
+    }
+}
+
+/// The error for a login without a token: names the token endpoint and the client, or the
+/// AWS identity, and what to check.
+fn no_token(k: &KafkaConfig, detail: String) -> KafkaError {
+    let detail = detail
+        .strip_prefix(NO_TOKEN)
+        .map_or(detail.as_str(), |d| d.trim_start_matches(':').trim())
+        .to_string();
+    let (source_of_tokens, fix) = match &k.sasl {
+        Some(Sasl::OAuthBearer(c)) => (
+            format!("the OAuth token endpoint {} (client {:?})", c.token_endpoint, c.client_id),
+            "check oauth_client_id and oauth_client_secret (and oauth_scope), and that the token endpoint answers from this host",
+        ),
+        Some(s @ Sasl::AwsMskIam(_)) => (
+            format!("signing with {}", s.who()),
+            "check the AWS credentials this process finds (AWS_* variables, profile, web identity, instance role) and aws_role_arn",
+        ),
+        _ => (
+            "the OAUTHBEARER token source".to_string(),
+            "check the cluster's SASL settings",
+        ),
+    };
+    KafkaError::NoToken {
+        servers: servers(k),
+        source_of_tokens,
+        detail,
+        fix,
     }
 }
 
@@ -103,11 +149,13 @@ impl KafkaError {
             Refusal::Login(detail) => KafkaError::LoginRefused {
                 servers: servers(k),
                 who: match &k.sasl {
-                    Some(s) => format!("user {:?} ({})", s.username, s.mechanism.as_str()),
+                    Some(s) => format!("{} ({})", s.who(), s.mechanism().as_str()),
                     None => "a client without SASL settings".to_string(),
                 },
                 detail,
+                fix: SaslMechanism::fix_of(k.sasl.as_ref().map(Sasl::mechanism)),
             },
+            Refusal::Token(detail) => no_token(k, detail),
             Refusal::Tls(detail) => KafkaError::Tls {
                 servers: servers(k),
                 detail,

@@ -119,7 +119,7 @@ async fn cluster(
         "authentication",
         true,
         match &k.sasl {
-            Some(s) => format!("logged in as {:?}; {n} broker(s)", s.username),
+            Some(s) => format!("logged in as {}; {n} broker(s)", s.who()),
             None => format!("no SASL ({}); {n} broker(s)", k.security_protocol.as_str()),
         },
     );

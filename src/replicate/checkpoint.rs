@@ -10,7 +10,7 @@ use crate::kafka::Reader;
 use crate::kafka::{client_config, Admin};
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::Message;
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -84,7 +84,7 @@ struct Checkpointer<'a> {
     syncs: SyncStore,
     syncs_reader: Reader,
     written: HashMap<CheckpointKey, Checkpoint>,
-    producer: ThreadedProducer<DefaultProducerContext>,
+    producer: ThreadedProducer<crate::kafka::Watch>,
     source: Admin,
     target: Admin,
 }
@@ -163,7 +163,7 @@ impl<'a> Checkpointer<'a> {
         }
         let producer = client_config(&setup.target)
             .set("acks", "all")
-            .create()
+            .create_with_context(crate::kafka::Watch::default())
             .ok()?;
         Some(Self {
             setup,

@@ -25,7 +25,7 @@ pub use bookkeeping::Reset;
 pub use check::{check, CheckReport};
 pub use naming::{is_cycle, never_replicated, target_topic, FlowNames, SOURCE_HEADER};
 
-use crate::config::{Config, Direction};
+use crate::config::{Config, Direction, SaslMechanism};
 use crate::kafka::KafkaError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -37,12 +37,14 @@ pub enum ReplicateError {
     NoTasks,
     #[error(transparent)]
     Kafka(#[from] KafkaError),
-    #[error("task {task}: cluster {alias:?} ({servers}) refused user {user:?}: {detail}; check the user name and the password (a changed password needs the task's config updated)")]
+    #[error("task {task}: cluster {alias:?} ({servers}) refused {who}: {detail}; {}", SaslMechanism::fix_of(*.mechanism))]
     Authentication {
         task: String,
         alias: String,
         servers: String,
-        user: String,
+        /// Who logged in (`user "alice"`, `OAuth client "id"`), never a secret.
+        who: String,
+        mechanism: Option<SaslMechanism>,
         detail: String,
     },
     #[error("task {task}: cluster {alias:?} ({servers}) is not reachable: {detail}; check bootstrap_servers, security_protocol and that the brokers are up")]

@@ -110,10 +110,10 @@ pub fn store(
         servers: servers(k),
         detail,
     };
-    let p: ThreadedProducer<_> = client_config(k)
+    let p: ThreadedProducer<crate::kafka::Watch> = client_config(k)
         .set("acks", "all")
         .set("enable.idempotence", "true")
-        .create()
+        .create_with_context(crate::kafka::Watch::default())
         .map_err(|source| KafkaError::Client {
             servers: servers(k),
             source,

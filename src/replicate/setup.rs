@@ -309,11 +309,11 @@ pub(super) fn classify(task: &str, alias: &str, k: &KafkaConfig, e: KafkaError) 
             task: task.to_string(),
             alias: alias.to_string(),
             servers: servers(k),
-            user: k
+            who: k
                 .sasl
                 .as_ref()
-                .map(|s| s.username.clone())
-                .unwrap_or_default(),
+                .map_or_else(|| "a client without SASL settings".to_string(), |s| s.who()),
+            mechanism: k.sasl.as_ref().map(crate::config::Sasl::mechanism),
             detail,
         },
         KafkaError::Unreachable { detail, .. } => ReplicateError::Unreachable {
@@ -555,7 +555,9 @@ struct SyncReports {
     flow: String,
 }
 
-impl ClientContext for SyncReports {}
+impl ClientContext for SyncReports {
+    crate::kafka::msk_iam::oauth_token_hook!();
+}
 
 impl ProducerContext for SyncReports {
     type DeliveryOpaque = ();

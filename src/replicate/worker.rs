@@ -110,7 +110,9 @@ impl Deliveries {
 /// Marks records that are bookkeeping, not replicated records.
 const BOOKKEEPING: usize = usize::MAX;
 
-impl ClientContext for Deliveries {}
+impl ClientContext for Deliveries {
+    crate::kafka::msk_iam::oauth_token_hook!();
+}
 
 impl ProducerContext for Deliveries {
     /// The source offset of a replicated record.
@@ -305,6 +307,7 @@ fn refused(e: &ReplicateError) -> bool {
             | ReplicateError::Bookkeeping { .. }
             | ReplicateError::Kafka(
                 KafkaError::LoginRefused { .. }
+                    | KafkaError::NoToken { .. }
                     | KafkaError::Tls { .. }
                     | KafkaError::NotAuthorized { .. }
             )

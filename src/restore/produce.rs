@@ -79,6 +79,8 @@ pub struct RestoreContext {
 }
 
 impl ClientContext for RestoreContext {
+    crate::kafka::msk_iam::oauth_token_hook!();
+
     fn log(&self, level: rdkafka::config::RDKafkaLogLevel, fac: &str, message: &str) {
         use rdkafka::config::RDKafkaLogLevel::*;
         match level {

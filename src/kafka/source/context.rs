@@ -83,6 +83,8 @@ fn list(tpl: &TopicPartitionList) -> Vec<(String, i32)> {
 }
 
 impl ClientContext for SourceContext {
+    crate::kafka::msk_iam::oauth_token_hook!();
+
     fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
         // End of partition is how `--once` learns it is done, not a failure.
         if matches!(

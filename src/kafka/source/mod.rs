@@ -134,11 +134,15 @@ fn consumer(k: &KafkaConfig, s: &Settings) -> Result<BaseConsumer<SourceContext>
     if let Some(f) = &s.flow {
         cx = cx.of_flow(f.clone());
     }
-    c.create_with_context(cx)
-        .map_err(|source| KafkaError::Client {
-            servers: servers(k),
-            source,
-        })
+    let client_err = |source| KafkaError::Client {
+        servers: servers(k),
+        source,
+    };
+    let consumer: BaseConsumer<SourceContext> = c.create_with_context(cx).map_err(client_err)?;
+    // AWS_MSK_IAM: a token before the first blocking call (the poll loop refreshes it later).
+    crate::kafka::msk_iam::prime(consumer.client(), &c)
+        .map_err(|e| client_err(rdkafka::error::KafkaError::ClientCreation(e.to_string())))?;
+    Ok(consumer)
 }
 
 /// How the source reads a partition the group assigned to this member.
