@@ -206,6 +206,14 @@ struct RestoreArgs {
     /// Exactly once: one Kafka transaction per object, progress markers in the target cluster.
     #[arg(long)]
     exactly_once: bool,
+    /// Restore the positions of the consumer groups whose whole name matches RE, from the
+    /// dump's state snapshot at or before --to, onto the restored topics (needs partitioning
+    /// original; groups must have no active member in the target).
+    #[arg(long, value_name = "RE")]
+    groups: Option<String>,
+    /// Create missing target topics without the configs the archived topic had.
+    #[arg(long)]
+    no_topic_configs: bool,
 }
 
 /// `strata archive` commands.
@@ -574,11 +582,22 @@ async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let Some(restore) = cfg.restore.as_ref() else {
                 return Ok(fatal("no [restore] settings; see config/example.toml", 2));
             };
+            let groups = match args.groups.as_deref().map(strata::restore::group_regex) {
+                None => None,
+                Some(Ok(re)) => Some(re),
+                Some(Err(e)) => {
+                    eprintln!("error: --groups: not a regular expression: {e}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
             let stop = start_mode(&cfg, cli.log_format).await?;
             let opts = strata::restore::RestoreOptions {
                 dry_run: args.dry_run,
                 stop,
                 progress_bar: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+                groups,
+                no_topic_configs: args.no_topic_configs,
+                state_task: args.task.clone(),
             };
             let summary = strata::restore::run(restore, opts)
                 .await

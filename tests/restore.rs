@@ -4,6 +4,10 @@
 
 mod common;
 
+use common::clusters::{
+    config_with_peer, create_topic_on, peer_connection, peer_kafka_config, peer_password,
+    PEER_PASSWORD_VAR,
+};
 use common::*;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
@@ -231,7 +235,7 @@ async fn lossless_round_trip_through_localstack() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn fewer_target_partitions_fall_back_to_key_hash_and_key_hash_mode() {
+async fn fewer_target_partitions_are_refused_and_key_hash_mode_places_by_key() {
     let topic = unique("fallback");
     let root = tempfile::tempdir().unwrap();
     let produced = sample_records(&topic, 120, 4, base_ts());
@@ -243,50 +247,72 @@ async fn fewer_target_partitions_fall_back_to_key_hash_and_key_hash_mode() {
         &dump_task(&topic, "arch", "format = \"jsonl\""),
     )
     .await;
-    // A target with 2 partitions: archived partitions 0 and 1 stay, 2 and 3 go by key hash.
+    // A target with 2 partitions: archived partitions 2 and 3 would have none of their own.
+    // Refused before anything is written, naming topic, counts and the fixes.
     let target = unique("fallback-target");
     create_topic(&target, 2).await;
-    restore(&format!(
-        "{}[restore]\ndirectory = \"arch\"\ntopic_map = {{ \"{topic}\" = \"{target}\" }}\ncheckpoint = \"{}\"\n",
-        file_toml(root.path()),
-        root.path().join("cp.json").display()
-    ))
-    .await;
-    let restored = consume_all(&target);
-    assert_eq!(restored.len(), 120);
-    let source = consume_all(&topic);
-    let src_part: HashMap<usize, i32> = source
-        .iter()
-        .map(|r| (seq(r), r.partition.unwrap()))
-        .collect();
-    let mut key_partition: HashMap<Vec<u8>, i32> = HashMap::new();
-    for r in &restored {
-        let sp = src_part[&seq(r)];
-        if sp < 2 {
-            assert_eq!(
-                r.partition,
-                Some(sp),
-                "original partition kept when it exists"
-            );
-        } else if let Some(k) = &r.key {
-            // murmur2: the same key always lands in the same partition
-            let p = *key_partition
-                .entry(k.clone())
-                .or_insert(r.partition.unwrap());
-            assert_eq!(p, r.partition.unwrap());
-        }
+    let err = restore_with(
+        &format!(
+            "{}[restore]\ndirectory = \"arch\"\ntopic_map = {{ \"{topic}\" = \"{target}\" }}\ncheckpoint = \"{}\"\n",
+            file_toml(root.path()),
+            root.path().join("cp.json").display()
+        ),
+        false,
+    )
+    .await
+    .unwrap_err();
+    let msg = err.to_string();
+    assert!(
+        matches!(
+            err,
+            RestoreError::TooFewPartitions {
+                partitions: 2,
+                needed: 4,
+                ..
+            }
+        ),
+        "{msg}"
+    );
+    for part in [
+        format!("{target:?}"),
+        "2 partition(s)".into(),
+        format!("archive of {topic} has 4"),
+        "--partitioning key-hash".into(),
+        "--partitions 4".into(),
+    ] {
+        assert!(msg.contains(&part), "{part} in {msg}");
     }
-    // Order within each source partition is kept where it stayed in one target partition.
+    let admin = strata::kafka::Admin::new(&kafka_config()).unwrap();
     for p in 0..2 {
-        let seqs: Vec<usize> = restored
-            .iter()
-            .filter(|r| r.partition == Some(p) && src_part[&seq(r)] == p)
-            .map(seq)
-            .collect();
-        let mut sorted = seqs.clone();
-        sorted.sort();
-        assert_eq!(seqs, sorted);
+        assert_eq!(
+            admin.watermarks(&target, p).unwrap(),
+            (0, 0),
+            "nothing written"
+        );
     }
+    // restore.partitions fewer than the archive's is refused the same way.
+    let err = restore_with(
+        &format!(
+            "{}[restore]\ndirectory = \"arch\"\npartitions = 3\ntarget_prefix = \"few.\"\ncheckpoint = \"{}\"\n",
+            file_toml(root.path()),
+            root.path().join("cp-few.json").display()
+        ),
+        false,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            RestoreError::PartitionsSetTooLow {
+                partitions: 3,
+                needed: 4,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(!topic_exists(&format!("few.{topic}")), "not created");
 
     // key-hash mode: keyed records land where Kafka's Java partitioner puts them. Check with
     // a known murmur2 value: partition = toPositive(murmur2(key)) % n.
@@ -725,6 +751,47 @@ async fn kill_and_resume(exactly_once: bool) {
                 "record {i} duplicated but its object was not in flight"
             );
         }
+    }
+    // The offset map survived the kill whole: every archived record is in it, at the target
+    // offset that holds that very record (for a re-sent object, its second copy).
+    let source_seq: HashMap<(i32, i64), usize> = consume_all(&topic)
+        .iter()
+        .map(|r| ((r.partition.unwrap(), r.offset.unwrap()), seq(r)))
+        .collect();
+    let target_seq: HashMap<(i32, i64), usize> = restored
+        .iter()
+        .map(|r| ((r.partition.unwrap(), r.offset.unwrap()), seq(r)))
+        .collect();
+    let body: serde_json::Value = serde_json::from_slice(&std::fs::read(&cp).unwrap()).unwrap();
+    for p in 0..3 {
+        let ranges = body["offset_maps"][format!("{topic}+{p}")]["ranges"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no offset map of partition {p}"))
+            .clone();
+        let mut mapped = 0;
+        for r in &ranges {
+            let (s, t, len) = (
+                r[0].as_i64().unwrap(),
+                r[1].as_i64().unwrap(),
+                r[2].as_i64().unwrap(),
+            );
+            for i in 0..len {
+                assert_eq!(
+                    target_seq.get(&(p, t + i)),
+                    source_seq.get(&(p, s + i)),
+                    "partition {p}: source {} mapped to target {}",
+                    s + i,
+                    t + i
+                );
+            }
+            mapped += len;
+        }
+        assert_eq!(
+            mapped,
+            300,
+            "partition {p}: every record mapped ({} ranges)",
+            ranges.len()
+        );
     }
     let dups = restored.len() - 900;
     assert!(
@@ -1824,4 +1891,548 @@ async fn cdc_tables_restore_the_original_messages() {
     }
     assert!(equal_json > 0, "the test has non-canonical messages");
     assert!(exact > equal_json);
+}
+
+// --- topics and consumer groups from the state snapshots, onto the peer cluster ------------
+
+/// A keyed record of the groups test; `seq` names it. A second apart: the broker rolls
+/// segments by record time (`segment.ms`).
+fn keyed(topic: &str, partition: i32, key: &str, seq: usize) -> Record {
+    Record {
+        topic: topic.to_string(),
+        partition: Some(partition),
+        offset: None,
+        timestamp: Some(base_ts() + seq as i64 * 1000),
+        timestamp_type: TimestampType::CreateTime,
+        key: Some(key.as_bytes().to_vec()),
+        value: Some(format!("{topic}/{seq}").into_bytes()),
+        headers: vec![Header {
+            key: "seq".into(),
+            value: Some(seq.to_string().into_bytes()),
+        }],
+    }
+}
+
+/// Commits positions for `group` on a cluster without joining it.
+fn commit_positions(k: &strata::config::KafkaConfig, group: &str, at: &[(String, i32, i64)]) {
+    use rdkafka::consumer::CommitMode;
+    let c: BaseConsumer = strata::kafka::client_config(k)
+        .set("group.id", group)
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for (t, p, o) in at {
+        tpl.add_partition_offset(t, *p, Offset::Offset(*o)).unwrap();
+    }
+    c.commit(&tpl, CommitMode::Sync).unwrap();
+}
+
+/// Produces to a topic in three transactions per partition: committed, aborted, committed, so
+/// that a read_committed reader sees offset gaps (the aborted records and the markers).
+fn produce_with_aborted_transactions(topic: &str, partitions: i32) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let p: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .set("transactional.id", unique("restore-aborting"))
+        .create()
+        .unwrap();
+    p.init_transactions(Duration::from_secs(30)).unwrap();
+    let mut seq = 0;
+    for (round, commit) in [(0, true), (1, false), (2, true), (3, false), (4, true)] {
+        p.begin_transaction().unwrap();
+        for part in 0..partitions {
+            for i in 0..(8 + round) {
+                let r = keyed(topic, part, &format!("k{i}"), seq);
+                seq += 1;
+                let hs = rdkafka::message::OwnedHeaders::new().insert(rdkafka::message::Header {
+                    key: "seq",
+                    value: r.headers[0].value.as_deref(),
+                });
+                p.send(
+                    BaseRecord::to(topic)
+                        .partition(part)
+                        .key(r.key.as_deref().unwrap())
+                        .payload(r.value.as_deref().unwrap())
+                        .timestamp(r.timestamp.unwrap())
+                        .headers(hs),
+                )
+                .unwrap();
+            }
+        }
+        p.flush(Duration::from_secs(30)).unwrap();
+        if commit {
+            p.commit_transaction(Duration::from_secs(30)).unwrap();
+        } else {
+            p.abort_transaction(Duration::from_secs(30)).unwrap();
+        }
+    }
+}
+
+/// Offsets a read_committed reader sees, per partition.
+fn present_offsets(topic: &str) -> BTreeMap<i32, Vec<i64>> {
+    let mut out: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+    for r in consume_committed(topic) {
+        out.entry(r.partition.unwrap())
+            .or_default()
+            .push(r.offset.unwrap());
+    }
+    for v in out.values_mut() {
+        v.sort();
+    }
+    out
+}
+
+/// Offsets missing between a partition's first and last present record.
+fn gaps(present: &[i64]) -> Vec<i64> {
+    let set: BTreeSet<i64> = present.iter().copied().collect();
+    match (present.first(), present.last()) {
+        (Some(a), Some(b)) => (*a..*b).filter(|o| !set.contains(o)).collect(),
+        _ => vec![],
+    }
+}
+
+/// What a consumer of `group` subscribed to `topic` on `k` reads from the group's committed
+/// offsets to the end (read_committed), per partition. With `auto.offset.reset = error`, a
+/// partition without a committed offset fails the test.
+fn consume_group(
+    k: &strata::config::KafkaConfig,
+    group: &str,
+    topic: &str,
+    partitions: i32,
+) -> BTreeMap<i32, Vec<Record>> {
+    let c: BaseConsumer = strata::kafka::client_config(k)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "error")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .create()
+        .unwrap();
+    c.subscribe(&[topic]).unwrap();
+    let mut out: BTreeMap<i32, Vec<Record>> = BTreeMap::new();
+    let mut eof = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while eof.len() < partitions as usize {
+        assert!(
+            Instant::now() < deadline,
+            "group {group} did not reach the end of {topic}: {eof:?}"
+        );
+        match c.poll(Duration::from_millis(200)) {
+            None => {}
+            Some(Err(rdkafka::error::KafkaError::PartitionEOF(p))) => {
+                eof.insert(p);
+            }
+            Some(Err(e)) => panic!("group {group} on {topic}: {e}"),
+            Some(Ok(m)) => {
+                eof.remove(&m.partition());
+                out.entry(m.partition()).or_default().push(record_of(&m));
+            }
+        }
+    }
+    out
+}
+
+/// Key, value and headers: a record's identity across clusters.
+type Identity = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<Header>);
+
+fn identity(r: &Record) -> Identity {
+    (r.key.clone(), r.value.clone(), r.headers.clone())
+}
+
+/// Sets a topic's configs (replacing every one it had).
+async fn set_topic_configs(topic: &str, configs: &[(&str, &str)]) {
+    use rdkafka::admin::{AdminClient, AdminOptions, AlterConfig, ResourceSpecifier};
+    let a: AdminClient<rdkafka::client::DefaultClientContext> = ClientConfig::new()
+        .set("bootstrap.servers", bootstrap())
+        .create()
+        .unwrap();
+    let mut c = AlterConfig::new(ResourceSpecifier::Topic(topic));
+    for (k, v) in configs {
+        c = c.set(k, v);
+    }
+    for r in a.alter_configs([&c], &AdminOptions::new()).await.unwrap() {
+        r.unwrap();
+    }
+}
+
+/// Restores in-process onto the peer (its password filled in).
+async fn restore_to_peer(
+    toml: &str,
+    groups: Option<&str>,
+    dry_run: bool,
+) -> Result<RestoreSummary, RestoreError> {
+    init_logs();
+    let cfg = config_with_peer(toml);
+    strata::restore::run(
+        &cfg.restore.expect("[restore]"),
+        RestoreOptions {
+            dry_run,
+            groups: groups.map(|g| strata::restore::group_regex(g).unwrap()),
+            ..RestoreOptions::default()
+        },
+    )
+    .await
+}
+
+/// Topics and consumer groups come back exactly: the dev broker is the source (a plain topic,
+/// a compacted one and one with aborted transactions, groups committed in the middle, at gaps
+/// and at the ends), the peer the target. A group with an active member is refused before
+/// anything is written; a dry run prints the table (its predictions are the real offsets of a
+/// new topic); after the restore (plain, then exactly once through the CLI) a consumer of each
+/// group on the peer reads exactly the archived records from its source position on.
+#[tokio::test(flavor = "multi_thread")]
+async fn groups_resume_on_the_peer_exactly_after_their_source_positions() {
+    use strata::restore::groups::TargetOffset;
+    init_logs();
+    let (local, peer) = (kafka_config(), peer_kafka_config());
+    let plain = unique("grp-plain");
+    let compacted = unique("grp-compacted");
+    let aborted = unique("grp-aborted");
+
+    // A compacted topic that compacts soon: segments roll every 100 ms (of record time) and
+    // the cleaner takes any dirty segment. Per partition, a first round of 6 keys, then 5
+    // rounds over 3 of them: compaction leaves gaps between the survivors.
+    create_topic_with(
+        &compacted,
+        2,
+        &[
+            ("cleanup.policy", "compact"),
+            ("segment.ms", "100"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+        ],
+    )
+    .await;
+    let mut seq = 0;
+    for round in 0..6 {
+        let mut batch = Vec::new();
+        for p in 0..2 {
+            for k in 0..(if round == 0 { 6 } else { 3 }) {
+                batch.push(keyed(&compacted, p, &format!("k{k}"), seq));
+                seq += 1;
+            }
+        }
+        produce(&batch).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    create_topic_with(&plain, 3, &[("retention.ms", "604800001")]).await;
+    produce(&sample_records(&plain, 120, 3, base_ts())).await;
+    create_topic(&aborted, 2).await;
+    let t = aborted.clone();
+    tokio::task::spawn_blocking(move || produce_with_aborted_transactions(&t, 2))
+        .await
+        .unwrap();
+    // The cleaner looks every 15 s (the broker's default log.cleaner.backoff.ms).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let compacted_gaps = loop {
+        if present_offsets(&compacted)
+            .values()
+            .any(|v| !gaps(v).is_empty())
+        {
+            break true;
+        }
+        if Instant::now() > deadline {
+            eprintln!("note: the broker did not compact {compacted} within 60 s; its archive has no compaction gaps (the aborted transactions still make gaps)");
+            break false;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    // Only cleanup.policy stays, so the restored topic does not compact under the test.
+    set_topic_configs(&compacted, &[("cleanup.policy", "compact")]).await;
+
+    // Positions on the source: in the middle, at gaps (compacted records, aborted records,
+    // transaction markers), at the last record and at the end.
+    let topics = [
+        (plain.clone(), 3),
+        (compacted.clone(), 2),
+        (aborted.clone(), 2),
+    ];
+    let admin = strata::kafka::Admin::new(&local).unwrap();
+    let (group_a, group_b, other) = (unique("grp-a"), unique("grp-b"), unique("other-grp"));
+    let (mut pos_a, mut pos_b) = (Vec::new(), Vec::new());
+    for (t, _) in &topics {
+        for (p, present) in present_offsets(t) {
+            let g = gaps(&present);
+            let high = admin.watermarks(t, p).unwrap().1;
+            let a = if t == &aborted && p == 1 {
+                g[0] // the first transaction's commit marker
+            } else {
+                present[present.len() / 3]
+            };
+            let b = if t == &plain {
+                [high, *present.last().unwrap(), 0][p as usize]
+            } else if !g.is_empty() {
+                g[g.len() / 2]
+            } else {
+                present[present.len() / 2]
+            };
+            pos_a.push((t.clone(), p, a));
+            pos_b.push((t.clone(), p, b));
+        }
+    }
+    commit_positions(&local, &group_a, &pos_a);
+    commit_positions(&local, &group_b, &pos_b);
+    commit_positions(&local, &other, &pos_a);
+
+    let root = tempfile::tempdir().unwrap();
+    dump_once(&format!(
+        "{}[[tasks]]\nname = \"{}\"\ntopics = [\"{plain}\", \"{compacted}\", \"{aborted}\"]\ndump_interval_secs = 300\ndirectory = \"d\"\nformat = \"jsonl\"\n",
+        file_toml(root.path()),
+        unique("grp-task")
+    ))
+    .await;
+    let store = FsStore::new(root.path().to_path_buf());
+    let mut archived: BTreeMap<(String, i32), Vec<Record>> = BTreeMap::new();
+    for o in read_archive(&store, "d/", TextOptions::default()).await {
+        for r in o.records {
+            archived
+                .entry((o.name.topic.clone(), o.name.partition))
+                .or_default()
+                .push(r);
+        }
+    }
+    for v in archived.values_mut() {
+        v.sort_by_key(|r| r.offset);
+    }
+    let archived_gaps = |t: &str| {
+        archived
+            .iter()
+            .filter(|((topic, _), _)| topic == t)
+            .map(|(_, v)| gaps(&v.iter().map(|r| r.offset.unwrap()).collect::<Vec<_>>()).len())
+            .sum::<usize>()
+    };
+    assert!(archived_gaps(&aborted) > 0, "aborted records leave gaps");
+    assert_eq!(archived_gaps(&plain), 0);
+
+    let groups_re = format!("{}|{}", regex::escape(&group_a), regex::escape(&group_b));
+    let prefix = format!("{}.", unique("gr"));
+    let cp = root.path().join("cp.json");
+    let toml = format!(
+        "[kafka]\n{}[store]\nurl = \"file://{}\"\n[restore]\ndirectory = \"d\"\ntarget_prefix = \"{prefix}\"\ncheckpoint = \"{}\"\n",
+        peer_connection(),
+        root.path().display(),
+        cp.display()
+    );
+    let peer_admin = strata::kafka::Admin::new(&peer).unwrap();
+    let target = |t: &str| format!("{prefix}{t}");
+
+    // 1. A group with an active member on the target is refused by name, before anything
+    // is written.
+    let busy = unique("grp-busy");
+    create_topic_on(&peer, &busy, 1).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let member = {
+        let (peer, group, busy, stop) = (peer.clone(), group_b.clone(), busy.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let c: BaseConsumer = strata::kafka::client_config(&peer)
+                .set("group.id", &group)
+                .set("enable.auto.commit", "false")
+                .create()
+                .unwrap();
+            c.subscribe(&[&busy]).unwrap();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = c.poll(Duration::from_millis(100));
+            }
+        })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while peer_admin.group_members(&group_b).unwrap() == 0 {
+        assert!(Instant::now() < deadline, "the member did not join");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let err = restore_to_peer(&toml, Some(&groups_re), false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RestoreError::GroupActive { group, members: 1, .. } if *group == group_b),
+        "{err}"
+    );
+    assert!(err.to_string().contains(&format!("{group_b:?}")), "{err}");
+    for (t, _) in &topics {
+        assert_eq!(
+            peer_admin.partition_count(&target(t)).unwrap(),
+            None,
+            "nothing written"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    member.join().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while peer_admin.group_members(&group_b).unwrap() > 0 {
+        assert!(Instant::now() < deadline, "the member did not leave");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // 2. The dry run prints the table and writes nothing.
+    let dry = restore_to_peer(&toml, Some(&groups_re), true)
+        .await
+        .unwrap();
+    assert!(!dry.groups_committed);
+    assert_eq!(dry.groups.len(), pos_a.len() + pos_b.len(), "{dry}");
+    let table = dry.to_string();
+    assert!(
+        table.contains("TARGET OFFSET") && table.contains(&group_a) && !table.contains(&other),
+        "{table}"
+    );
+    for (t, _) in &topics {
+        assert_eq!(
+            peer_admin.partition_count(&target(t)).unwrap(),
+            None,
+            "dry run: no topic"
+        );
+    }
+
+    // 3. The restore: topics with the archived partitions and configs, groups committed.
+    let real = restore_to_peer(&toml, Some(&groups_re), false)
+        .await
+        .unwrap();
+    assert!(real.groups_committed, "{real}");
+    assert_eq!(real.created.len(), 3, "{real}");
+    for (t, n) in &topics {
+        assert_eq!(peer_admin.partition_count(&target(t)).unwrap(), Some(*n));
+    }
+    assert_eq!(
+        peer_admin
+            .topic_config(&target(&plain), "retention.ms")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("604800001")
+    );
+    assert_eq!(
+        peer_admin
+            .topic_config(&target(&compacted), "cleanup.policy")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("compact")
+    );
+    // A new topic restored without transactions: the dry run's predictions are the offsets.
+    for (d, r) in dry.groups.iter().zip(&real.groups) {
+        assert_eq!(d.position, r.position);
+        let p = &r.position;
+        let high = peer_admin
+            .watermarks(&p.target_topic, p.partition)
+            .unwrap()
+            .1;
+        match (d.target, r.target) {
+            (TargetOffset::AfterEnd(n), TargetOffset::At(t)) => assert_eq!(n as i64, t, "{p:?}"),
+            (TargetOffset::End, TargetOffset::At(t)) => assert_eq!(t, high, "{p:?}"),
+            other => panic!("{p:?}: {other:?}"),
+        }
+    }
+    // A dry run now reads the offsets from the checkpoint's map.
+    let after = restore_to_peer(&toml, Some(&groups_re), true)
+        .await
+        .unwrap();
+    for (a, r) in after.groups.iter().zip(&real.groups) {
+        assert!(
+            a.target == r.target || a.target == TargetOffset::End,
+            "{:?}: {:?} vs {:?}",
+            a.position,
+            a.target,
+            r.target
+        );
+    }
+    // The offset map: one range per contiguous partition, more where the source has gaps.
+    let body: serde_json::Value = serde_json::from_slice(&std::fs::read(&cp).unwrap()).unwrap();
+    let ranges = |t: &str, p: i32| {
+        body["offset_maps"][format!("{t}+{p}")]["ranges"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no offset map of {t}+{p}: {body}"))
+            .len()
+    };
+    for p in 0..3 {
+        assert_eq!(ranges(&plain, p), 1);
+    }
+    assert!(ranges(&aborted, 0) > 1 && ranges(&aborted, 1) > 1);
+    if compacted_gaps {
+        assert!(ranges(&compacted, 0) + ranges(&compacted, 1) > 2);
+    }
+
+    // 4. Each group's consumer on the peer reads exactly what followed its source position.
+    let check = |prefix: &str| {
+        for (group, positions) in [(&group_a, &pos_a), (&group_b, &pos_b)] {
+            for (t, n) in &topics {
+                let tt = format!("{prefix}{t}");
+                let got = consume_group(&peer, group, &tt, *n);
+                for p in 0..*n {
+                    let committed = positions
+                        .iter()
+                        .find(|(pt, pp, _)| pt == t && *pp == p)
+                        .unwrap()
+                        .2;
+                    let want: Vec<Identity> = archived[&(t.clone(), p)]
+                        .iter()
+                        .filter(|r| r.offset.unwrap() >= committed)
+                        .map(identity)
+                        .collect();
+                    let read: Vec<Identity> = got
+                        .get(&p)
+                        .map_or(vec![], |v| v.iter().map(identity).collect());
+                    let missing = want.iter().filter(|w| !read.contains(w)).count();
+                    let twice = read
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, r)| read[..*i].contains(r))
+                        .count();
+                    assert_eq!(
+                        (missing, twice),
+                        (0, 0),
+                        "group {group} on {tt} partition {p}, committed at {committed}"
+                    );
+                    assert_eq!(read, want, "group {group} on {tt} partition {p}");
+                }
+            }
+        }
+    };
+    check(&prefix);
+    assert_eq!(
+        committed_offsets_on(&peer, &other, &target(&plain), 3),
+        vec![-1, -1, -1],
+        "a group --groups does not match is left alone"
+    );
+
+    // 5. The same through the CLI, exactly once (transaction markers in the target), into
+    // topics created without the archived configs.
+    let prefix2 = format!("{}.", unique("gr-eos"));
+    let cfg_path = root.path().join("eos.toml");
+    std::fs::write(
+        &cfg_path,
+        format!(
+            "[kafka]\n{}[store]\nurl = \"file://{}\"\n[restore]\ndirectory = \"d\"\ntarget_prefix = \"{prefix2}\"\ncheckpoint = \"{}\"\n",
+            peer_connection(),
+            root.path().display(),
+            root.path().join("cp-eos.json").display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new(strata_bin())
+        .env(PEER_PASSWORD_VAR, peer_password())
+        .args(["restore", "--config"])
+        .arg(&cfg_path)
+        .args([
+            "--groups",
+            &groups_re,
+            "--exactly-once",
+            "--no-topic-configs",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("positions committed"), "{stdout}");
+    check(&prefix2);
+    assert_eq!(
+        peer_admin
+            .topic_config(&format!("{prefix2}{compacted}"), "cleanup.policy")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("delete"),
+        "--no-topic-configs"
+    );
 }

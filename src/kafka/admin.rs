@@ -337,6 +337,20 @@ impl Admin {
             .collect())
     }
 
+    /// Active members of one consumer group (0 when it is empty or does not exist).
+    pub fn group_members(&self, group: &str) -> Result<usize, KafkaError> {
+        let list = self
+            .meta
+            .fetch_group_list(Some(group), ADMIN_TIMEOUT)
+            .map_err(|e| self.unreachable(e))?;
+        Ok(list
+            .groups()
+            .iter()
+            .filter(|g| g.name() == group)
+            .map(|g| g.members().len())
+            .sum())
+    }
+
     /// `(low, high)` watermarks of one partition.
     pub fn watermarks(&self, topic: &str, partition: i32) -> Result<(i64, i64), KafkaError> {
         self.fresh()

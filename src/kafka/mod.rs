@@ -185,6 +185,19 @@ where
     })
 }
 
+/// Commits offsets for the group of `c` (a [`group_reader`]: it never joins, so the
+/// coordinator refuses the commit while the group has active members). Asked again while the
+/// coordinator settles, as [`committed_offsets`].
+pub fn commit_offsets<X, C>(c: &C, tpl: &TopicPartitionList) -> KafkaResult<()>
+where
+    X: ConsumerContext,
+    C: Consumer<X>,
+{
+    while_coordinator_settles(ADMIN_TIMEOUT, std::thread::sleep, || {
+        c.commit(tpl, rdkafka::consumer::CommitMode::Sync)
+    })
+}
+
 /// Coordinator answers a wait heals.
 fn coordinator_settling(e: &rdkafka::error::KafkaError) -> bool {
     use rdkafka::types::RDKafkaErrorCode::*;

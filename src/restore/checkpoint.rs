@@ -1,11 +1,15 @@
 //! Restore progress on local disk: a small JSON file naming every archive object whose records
-//! were all acknowledged by Kafka, plus the settings it was made with.
+//! were all acknowledged by Kafka, the exact offset map of what they restored, and the settings
+//! it was made with.
 //!
 //! Written after each finished object, atomically (temp file, fsync, rename, fsync of the
-//! directory), so a killed restore leaves either the previous or the new version. A checkpoint
-//! made with other settings (source, topics, range, target...) is refused, not silently reused.
+//! directory), so a killed restore leaves either the previous or the new version, each with
+//! its offset map whole. A checkpoint made with other settings (source, topics, range,
+//! target...) is refused, not silently reused.
 
+use super::offset_map::Ranges;
 use crate::config::RestoreConfig;
+use crate::layout::ObjectName;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -117,6 +121,38 @@ impl Settings {
 pub struct Finished {
     /// Records sent from it.
     pub records: u64,
+    /// Whether the partition's offset map holds its records (false for text archives, which
+    /// carry no offsets, key-hash placement, and checkpoints of a strata without the map).
+    #[serde(default)]
+    pub mapped: bool,
+}
+
+/// Where one archived partition's records landed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionMap {
+    pub target_topic: String,
+    pub target_partition: i32,
+    pub ranges: Ranges,
+}
+
+/// A finished object, as [`Checkpoint::finish`] records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Done {
+    /// The archived topic and partition.
+    pub topic: String,
+    pub partition: i32,
+    /// Records sent from it.
+    pub records: u64,
+    /// Its highest archived offset.
+    pub last_offset: Option<i64>,
+    /// Target topic, partition and the ranges its records landed at; `None` when unknown.
+    pub map: Option<(String, i32, Ranges)>,
+}
+
+/// A finished object whose records are missing from its partition's offset map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unmapped {
+    pub object: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,6 +165,9 @@ struct FileBody {
     /// Highest archived offset of finished objects, per `topic+partition`: records at or below
     /// it in overlapping objects were sent already.
     last_offsets: BTreeMap<String, i64>,
+    /// The exact offset map of the finished objects, per archived `topic+partition`.
+    #[serde(default)]
+    offset_maps: BTreeMap<String, PartitionMap>,
 }
 
 /// The checkpoint of one restore.
@@ -178,6 +217,7 @@ impl Checkpoint {
                 settings: settings.0.clone(),
                 finished: BTreeMap::new(),
                 last_offsets: BTreeMap::new(),
+                offset_maps: BTreeMap::new(),
             },
             Err(e) => {
                 return Err(CheckpointError::Io {
@@ -216,37 +256,78 @@ impl Checkpoint {
             .copied()
     }
 
-    /// Marks an object finished (in memory only); `last_offset` is its highest archived offset.
-    pub fn mark(
-        &mut self,
-        key: &str,
-        finished: Finished,
-        topic: &str,
-        partition: i32,
-        last_offset: Option<i64>,
-    ) {
-        self.body.finished.insert(key.to_string(), finished);
-        if let Some(o) = last_offset {
-            let e = self
+    /// Marks an object finished (in memory only) and adds its records to the partition's
+    /// offset map. Marking a finished object again changes nothing.
+    pub fn mark(&mut self, key: &str, done: Done) {
+        if self.body.finished.contains_key(key) {
+            return;
+        }
+        let pk = partition_key(&done.topic, done.partition);
+        let mut mapped = false;
+        if let Some((target_topic, target_partition, ranges)) = done.map {
+            let m = self
                 .body
-                .last_offsets
-                .entry(partition_key(topic, partition))
-                .or_insert(o);
+                .offset_maps
+                .entry(pk.clone())
+                .or_insert_with(|| PartitionMap {
+                    target_topic: target_topic.clone(),
+                    target_partition,
+                    ranges: Ranges::new(),
+                });
+            if m.target_topic != target_topic || m.target_partition != target_partition {
+                tracing::warn!(object = %key, "records of one archived partition went to two target partitions; its offset map is incomplete");
+            } else if let Err(at) = m.ranges.extend(&ranges) {
+                tracing::warn!(object = %key, source = at.source, target = at.target, "object restored out of offset order; its partition's offset map is incomplete");
+            } else {
+                mapped = true;
+            }
+        }
+        self.body.finished.insert(
+            key.to_string(),
+            Finished {
+                records: done.records,
+                mapped,
+            },
+        );
+        if let Some(o) = done.last_offset {
+            let e = self.body.last_offsets.entry(pk).or_insert(o);
             *e = (*e).max(o);
         }
     }
 
     /// Marks an object finished and writes the file durably before returning.
-    pub fn finish(
-        &mut self,
-        key: &str,
-        finished: Finished,
+    pub fn finish(&mut self, key: &str, done: Done) -> Result<(), CheckpointError> {
+        self.mark(key, done);
+        self.save()
+    }
+
+    /// The offset map of an archived partition (`None`: nothing of it restored), or the first
+    /// finished object of the partition whose records it lacks.
+    pub fn offset_map(
+        &self,
         topic: &str,
         partition: i32,
-        last_offset: Option<i64>,
-    ) -> Result<(), CheckpointError> {
-        self.mark(key, finished, topic, partition, last_offset);
-        self.save()
+    ) -> Result<Option<&PartitionMap>, Unmapped> {
+        let of_partition = |key: &str| {
+            ObjectName::parse(key.rsplit('/').next().unwrap_or(key))
+                .is_some_and(|n| n.topic == topic && n.partition == partition)
+        };
+        if let Some((key, _)) = self
+            .body
+            .finished
+            .iter()
+            .find(|(k, f)| !f.mapped && f.records > 0 && of_partition(k))
+        {
+            return Err(Unmapped {
+                object: key.clone(),
+            });
+        }
+        Ok(self.body.offset_maps.get(&partition_key(topic, partition)))
+    }
+
+    /// Every partition's offset map, by archived `topic+partition` (the benchmark's sizes).
+    pub fn offset_maps(&self) -> &BTreeMap<String, PartitionMap> {
+        &self.body.offset_maps
     }
 
     /// Writes the whole file: temp file in the same directory, fsync, rename, fsync directory.
@@ -255,7 +336,7 @@ impl Checkpoint {
             path: self.path.clone(),
             detail: format!("{what}: {e}; check that the directory exists and is writable"),
         };
-        let data = serde_json::to_vec_pretty(&self.body).map_err(|e| CheckpointError::Io {
+        let data = serde_json::to_vec(&self.body).map_err(|e| CheckpointError::Io {
             path: self.path.clone(),
             detail: e.to_string(),
         })?;
@@ -297,6 +378,133 @@ mod tests {
         Settings::of(&c.restore.unwrap())
     }
 
+    fn done(
+        topic: &str,
+        partition: i32,
+        records: u64,
+        last_offset: Option<i64>,
+        pairs: Option<&[(i64, i64)]>,
+    ) -> Done {
+        Done {
+            topic: topic.into(),
+            partition,
+            records,
+            last_offset,
+            map: pairs.map(|pairs| {
+                let mut r = Ranges::new();
+                for (s, t) in pairs {
+                    r.push(*s, *t).unwrap();
+                }
+                (format!("restored.{topic}"), partition, r)
+            }),
+        }
+    }
+
+    fn triples(m: &PartitionMap) -> Vec<(i64, i64, i64)> {
+        m.ranges.as_slice().iter().map(|r| (*r).into()).collect()
+    }
+
+    #[test]
+    fn the_offset_map_is_saved_with_the_objects_and_resumes_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cp.json");
+        let s = settings("");
+        let mut cp = Checkpoint::open(&path, &s).unwrap();
+        cp.finish(
+            "a/t+0+00000000000000000000.jsonl",
+            done("t", 0, 3, Some(2), Some(&[(0, 0), (1, 1), (2, 2)])),
+        )
+        .unwrap();
+        // The next object continues the range; one with a compaction gap adds one.
+        cp.finish(
+            "a/t+0+00000000000000000003.jsonl",
+            done("t", 0, 2, Some(6), Some(&[(3, 3), (6, 4)])),
+        )
+        .unwrap();
+        cp.finish(
+            "a/t+1+00000000000000000000.jsonl",
+            done("t", 1, 1, Some(0), Some(&[(0, 0)])),
+        )
+        .unwrap();
+        let again = Checkpoint::open(&path, &s).unwrap();
+        let m = again.offset_map("t", 0).unwrap().unwrap();
+        assert_eq!(triples(m), vec![(0, 0, 4), (6, 4, 1)]);
+        assert_eq!(
+            (m.target_topic.as_str(), m.target_partition),
+            ("restored.t", 0)
+        );
+        assert_eq!(again.offset_map("t", 2), Ok(None), "nothing restored there");
+        // Marking a finished object again (an exactly-once marker the file knew) is a no-op.
+        let mut again = again;
+        again.mark(
+            "a/t+0+00000000000000000003.jsonl",
+            done("t", 0, 2, Some(6), Some(&[(3, 3), (6, 4)])),
+        );
+        assert_eq!(
+            triples(again.offset_map("t", 0).unwrap().unwrap()),
+            vec![(0, 0, 4), (6, 4, 1)]
+        );
+    }
+
+    #[test]
+    fn an_object_without_offsets_makes_its_partition_unmapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cp = Checkpoint::open(&dir.path().join("cp.json"), &settings("")).unwrap();
+        cp.mark(
+            "a/t+0+00000000000000000000.jsonl",
+            done("t", 0, 2, Some(1), Some(&[(0, 0), (1, 1)])),
+        );
+        // A text object: records, but no offsets to map.
+        cp.mark(
+            "a/t+0+00000000000000000002.txt",
+            done("t", 0, 5, None, None),
+        );
+        // An object that restored nothing (all out of range) needs no map.
+        cp.mark(
+            "a/t+1+00000000000000000000.jsonl",
+            done("t", 1, 0, Some(9), None),
+        );
+        assert_eq!(
+            cp.offset_map("t", 0),
+            Err(Unmapped {
+                object: "a/t+0+00000000000000000002.txt".into()
+            })
+        );
+        assert_eq!(cp.offset_map("t", 1), Ok(None));
+        // An object out of offset order is finished but not mapped.
+        cp.mark(
+            "a/u+0+00000000000000000005.jsonl",
+            done("u", 0, 1, Some(5), Some(&[(5, 0)])),
+        );
+        cp.mark(
+            "a/u+0+00000000000000000001.jsonl",
+            done("u", 0, 1, Some(1), Some(&[(1, 1)])),
+        );
+        assert!(cp.is_finished("a/u+0+00000000000000000001.jsonl"));
+        assert!(cp.offset_map("u", 0).is_err());
+    }
+
+    #[test]
+    fn a_checkpoint_of_a_strata_without_the_map_is_read_as_unmapped() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cp.json");
+        let s = settings("");
+        let old = serde_json::json!({
+            "version": 1,
+            "fingerprint": s.fingerprint(),
+            "settings": s.0,
+            "finished": {"a/t+0+00000000000000000000.jsonl": {"records": 3}},
+            "last_offsets": {"t+0": 2},
+        });
+        std::fs::write(&path, serde_json::to_vec(&old).unwrap()).unwrap();
+        let cp = Checkpoint::open(&path, &s).unwrap();
+        assert!(cp.is_finished("a/t+0+00000000000000000000.jsonl"));
+        assert!(
+            cp.offset_map("t", 0).is_err(),
+            "its records are not in any map"
+        );
+    }
+
     #[test]
     fn fingerprint_is_stable_and_setting_sensitive() {
         assert_eq!(settings("").fingerprint(), settings("").fingerprint());
@@ -318,9 +526,9 @@ mod tests {
         let s = settings("");
         let mut cp = Checkpoint::open(&path, &s).unwrap();
         assert!(!path.exists(), "nothing written before the first object");
-        cp.finish("a/t+0+1.jsonl", Finished { records: 3 }, "t", 0, Some(9))
+        cp.finish("a/t+0+1.jsonl", done("t", 0, 3, Some(9), None))
             .unwrap();
-        cp.finish("a/t+0+2.jsonl", Finished { records: 1 }, "t", 0, Some(4))
+        cp.finish("a/t+0+2.jsonl", done("t", 0, 1, Some(4), None))
             .unwrap();
         let again = Checkpoint::open(&path, &s).unwrap();
         assert!(again.is_finished("a/t+0+1.jsonl"));
@@ -340,8 +548,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("cp.json");
         let mut cp = Checkpoint::open(&path, &settings("")).unwrap();
-        cp.finish("k", Finished { records: 1 }, "t", 0, None)
-            .unwrap();
+        cp.finish("k", done("t", 0, 1, None, None)).unwrap();
         let err = Checkpoint::open(&path, &settings("target_prefix = \"x.\""))
             .unwrap_err()
             .to_string();

@@ -9,6 +9,7 @@ use crate::format::{self, FormatSpec};
 use crate::store::ObjectStore;
 use chrono::{DateTime, SecondsFormat, Utc};
 use futures::StreamExt;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
@@ -30,12 +31,18 @@ pub struct ListedObject {
     pub corrupt: Option<CorruptObject>,
 }
 
+/// Source offsets of the records a restore would send, per archived `(topic, partition)`.
+pub(super) type Pending = BTreeMap<(String, i32), Vec<i64>>;
+
+/// Reads the planned objects into `summary`; with `want_offsets`, also returns the offsets of
+/// the records in range (sorted, for the groups table).
 pub(super) async fn run(
     cfg: &RestoreConfig,
     store: Arc<dyn ObjectStore>,
     plan: &Plan,
     summary: &mut RestoreSummary,
-) -> Result<(), RestoreError> {
+    want_offsets: bool,
+) -> Result<Pending, RestoreError> {
     let filter = TimeFilter::new(cfg.from, cfg.to);
     // The restore's budget: objects decode one after another when they are large.
     let budget = Arc::new(super::replay::Budget::new(cfg.memory_budget.0));
@@ -57,6 +64,7 @@ pub(super) async fn run(
             let loc = location.clone();
             tokio::task::spawn_blocking(move || {
                 let mut lease = budget.acquire(size, || false);
+                let mut kept = Vec::new();
                 let mut listed = ListedObject {
                     location: loc.clone(),
                     topic: name.topic.clone(),
@@ -91,7 +99,11 @@ pub(super) async fn run(
                         lease.resize(records.iter().map(format::Record::heap_bytes).sum());
                         listed.records = records.len() as u64;
                         for r in &records {
-                            listed.in_range += u64::from(filter.keeps(r.timestamp));
+                            let keeps = filter.keeps(r.timestamp);
+                            listed.in_range += u64::from(keeps);
+                            if let (true, true, Some(o)) = (want_offsets, keeps, r.offset) {
+                                kept.push(o);
+                            }
                             if let Some(t) = r.timestamp {
                                 listed.first_timestamp =
                                     Some(listed.first_timestamp.map_or(t, |m| m.min(t)));
@@ -108,15 +120,22 @@ pub(super) async fn run(
                         })
                     }
                 }
-                listed
+                (listed, kept)
             })
             .await
             .map_err(|e| RestoreError::Internal(format!("{location}: decoder: {e}")))
         }
     });
     let mut results = futures::stream::iter(jobs).buffered(CONCURRENCY);
+    let mut pending = Pending::new();
     while let Some(listed) = results.next().await {
-        let listed = listed?;
+        let (listed, kept) = listed?;
+        if !kept.is_empty() {
+            pending
+                .entry((listed.topic.clone(), listed.partition))
+                .or_default()
+                .extend(kept);
+        }
         if let Some(c) = &listed.corrupt {
             summary.corrupt.push(c.clone());
         } else {
@@ -126,7 +145,11 @@ pub(super) async fn run(
         }
         summary.listing.push(listed);
     }
-    Ok(())
+    for offsets in pending.values_mut() {
+        offsets.sort_unstable();
+        offsets.dedup();
+    }
+    Ok(pending)
 }
 
 fn ts(t: Option<i64>) -> String {

@@ -7,6 +7,7 @@
 //! Transactional ids are `strata-restore-<fingerprint>-<worker>`: a restarted restore fences
 //! the producers of a killed one and aborts their open transactions before reading markers.
 
+use super::offset_map::Ranges;
 use super::RestoreError;
 use crate::config::{ClientKind, KafkaConfig};
 use crate::format::Record;
@@ -36,6 +37,10 @@ pub struct Marker {
     pub partition: i32,
     pub records: u64,
     pub last_offset: Option<i64>,
+    /// Where its records landed (target partition, offset ranges), so that a resumed restore
+    /// whose checkpoint file missed the object still has the whole offset map.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub map: Option<(i32, Ranges)>,
 }
 
 fn marker_key(fingerprint: &str, object: &str) -> String {
@@ -43,24 +48,11 @@ fn marker_key(fingerprint: &str, object: &str) -> String {
 }
 
 /// The marker record of a finished object.
-pub fn marker(
-    fingerprint: &str,
-    object: &str,
-    topic: &str,
-    partition: i32,
-    records: u64,
-    last_offset: Option<i64>,
-) -> Record {
-    let m = Marker {
-        topic: topic.to_string(),
-        partition,
-        records,
-        last_offset,
-    };
+pub fn marker(fingerprint: &str, object: &str, m: &Marker) -> Record {
     Record {
         topic: PROGRESS_TOPIC.to_string(),
         key: Some(marker_key(fingerprint, object).into_bytes()),
-        value: Some(serde_json::to_vec(&m).unwrap_or_default()),
+        value: Some(serde_json::to_vec(m).unwrap_or_default()),
         ..Record::default()
     }
 }
@@ -145,12 +137,25 @@ mod tests {
 
     #[test]
     fn markers_round_trip_and_other_restores_are_ignored() {
-        let r = marker("abc", "dir/t+0+1.jsonl", "t", 0, 7, Some(41));
+        let mut ranges = Ranges::new();
+        ranges.push(35, 0).unwrap();
+        ranges.push(41, 1).unwrap();
+        let want = Marker {
+            topic: "t".into(),
+            partition: 0,
+            records: 7,
+            last_offset: Some(41),
+            map: Some((0, ranges)),
+        };
+        let r = marker("abc", "dir/t+0+1.jsonl", &want);
         let (key, value) = (r.key.unwrap(), r.value.unwrap());
         let (obj, m) = parse_marker("abc", &key, &value).unwrap();
         assert_eq!(obj, "dir/t+0+1.jsonl");
-        assert_eq!(m.records, 7);
-        assert_eq!(m.last_offset, Some(41));
+        assert_eq!(m, want);
+        // A marker of a strata without offset maps still reads, without a map.
+        let old = br#"{"topic":"t","partition":0,"records":7,"last_offset":41}"#;
+        let (_, m) = parse_marker("abc", &key, old).unwrap();
+        assert_eq!((m.records, m.map), (7, None));
         assert_eq!(parse_marker("abd", &key, &value), None);
         assert_eq!(parse_marker("ab", &key, &value), None);
         assert_eq!(parse_marker("abc", &key, b"junk"), None);

@@ -2,30 +2,39 @@
 //!
 //! Contract: records of a source partition are produced in their original offset order with
 //! their key, value, headers and timestamp; an archive object is checkpointed only after Kafka
-//! acknowledged all its records, so a resumed restore re-sends at most the one object per
-//! source partition that was in flight (none with `exactly_once`, which uses transactions).
+//! acknowledged all its records, together with where each landed (the exact offset map), so a
+//! resumed restore re-sends at most the one object per source partition that was in flight
+//! (none with `exactly_once`, which uses transactions). Consumer groups resume at the first
+//! restored record at or after their recorded position.
 //!
-//! Flow: listing → [`plan`] (pure) → decode (`format`) → [`produce`] → [`checkpoint`].
+//! Flow: listing → [`plan`] (pure) → [`topics`] (from the [`snapshots`]) → decode (`format`) →
+//! [`produce`] → [`checkpoint`] with the [`offset_map`] → [`groups`].
 
 pub mod checkpoint;
 mod dry_run;
 pub mod eos;
+pub mod groups;
+pub mod offset_map;
 pub mod plan;
 pub mod produce;
 pub mod progress;
 pub mod rate;
 mod replay;
+pub mod snapshots;
+pub mod topics;
 
 pub use dry_run::ListedObject;
 pub use replay::record_bytes;
 
 use crate::config::{Partitioning, RestoreConfig};
 use crate::kafka::{Admin, KafkaError};
-use crate::store::{ErrorKind, StoreError};
+use crate::store::{ErrorKind, ObjectMeta, ObjectStore, StoreError};
 use checkpoint::{Checkpoint, CheckpointError, Settings};
+use groups::{GroupRow, Position, TargetOffset};
 use plan::{Plan, PlanSkips, Selection, TimeFilter};
 use produce::RestoreProducer;
 use replay::{Counts, Engine, Producers, Target};
+use snapshots::Recorded;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::path::PathBuf;
@@ -80,6 +89,68 @@ pub enum RestoreError {
         servers: String,
         partitions: i32,
     },
+    #[error("target topic {topic:?} on {servers} has {partitions} partition(s) but the archive of {sources} has {needed}; with partitioning = \"original\" every archived partition is restored into its own: add partitions (kafka-topics.sh --alter --topic {topic} --partitions {needed}), restore into another topic (--target-prefix, --topic-map) or place records by key (--partitioning key-hash); nothing was written")]
+    TooFewPartitions {
+        topic: String,
+        servers: String,
+        partitions: i32,
+        sources: String,
+        needed: i32,
+    },
+    #[error("restore.partitions = {partitions} is fewer than the {needed} partition(s) the archive of {sources} has (target topic {topic:?}); with partitioning = \"original\" every archived partition is restored into its own: raise or remove restore.partitions, or place records by key (--partitioning key-hash); nothing was written")]
+    PartitionsSetTooLow {
+        topic: String,
+        partitions: i32,
+        sources: String,
+        needed: i32,
+    },
+    #[error("cannot create target topic {topic:?} with the configs the archived topic had ({configs}): {detail}; pass --no-topic-configs to create it with the target's defaults")]
+    TopicConfigs {
+        topic: String,
+        configs: String,
+        detail: String,
+    },
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
+    #[error("--groups needs partitioning = \"original\" (restore.partitioning is key-hash): a group's position is per archived partition, and only original partitioning keeps each archived partition in one target partition")]
+    GroupsNeedOriginal,
+    #[error("--groups: no cluster state snapshot{task} taken at or before {to} under {location}/.strata/state/; strata dump --once records the groups' positions there at the start and end of every run (pass --to later than a run, or --task with a task that stored snapshots)")]
+    NoSnapshot {
+        location: String,
+        task: String,
+        to: String,
+    },
+    #[error("--groups {regex:?} matches none of the consumer groups the state snapshots ({snapshots}) recorded: {recorded}; the regular expression must match a whole group name")]
+    NoGroups {
+        regex: String,
+        snapshots: String,
+        recorded: String,
+    },
+    #[error("--groups: consumer group {group:?} has positions on {sources}, which all restore into topic {target:?}; give each its own target topic (--topic-map) or leave the group out of --groups")]
+    GroupTargetsClash {
+        group: String,
+        target: String,
+        sources: String,
+    },
+    #[error("--groups: cannot place consumer group {group:?} on partition {partition} of {topic:?}: archive object {object} was restored without recording where its records landed (text archives carry no offsets; checkpoints of an older strata have no offset map); restore into new topics with a new --checkpoint to restore the group")]
+    GroupUnmapped {
+        group: String,
+        topic: String,
+        partition: i32,
+        object: String,
+    },
+    #[error("--groups: consumer group {group:?} has {members} active member(s) on {servers}; restore commits positions only to groups nobody consumes with: stop its consumers, or leave it out of --groups, and run again (nothing was committed to any group)")]
+    GroupActive {
+        group: String,
+        servers: String,
+        members: usize,
+    },
+    #[error("--groups: committing the positions of consumer group {group:?} on {servers} failed: {detail}; run the same command again (the restore is checkpointed; the groups are committed again)")]
+    GroupCommit {
+        group: String,
+        servers: String,
+        detail: String,
+    },
     #[error("target topic {topic:?} was created but did not appear in the metadata of {servers} within {secs}s")]
     TopicNotReady {
         topic: String,
@@ -118,6 +189,19 @@ pub struct RestoreOptions {
     pub stop: Arc<AtomicBool>,
     /// Draw a progress bar (stderr is a terminal) instead of logging progress lines.
     pub progress_bar: bool,
+    /// `--groups`: restore the positions of the recorded consumer groups this matches (see
+    /// [`group_regex`]) onto the restored topics.
+    pub groups: Option<regex::Regex>,
+    /// `--no-topic-configs`: create missing target topics without the archived topic's configs.
+    pub no_topic_configs: bool,
+    /// `--task NAME`: read only this dump task's state snapshots (else every task's of the
+    /// directory).
+    pub state_task: Option<String>,
+}
+
+/// The `--groups` expression, matching whole group names.
+pub fn group_regex(re: &str) -> Result<regex::Regex, regex::Error> {
+    regex::Regex::new(&format!("^(?:{re})$"))
 }
 
 /// What a restore did (or, with `dry_run`, would do).
@@ -147,6 +231,14 @@ pub struct RestoreSummary {
     pub checkpoint: Option<PathBuf>,
     /// Dry run: the objects, in replay order.
     pub listing: Vec<ListedObject>,
+    /// The state snapshots used ("task T at TIME, ..."), when any.
+    pub snapshots: Option<String>,
+    /// Target topics created: name, partitions, configs given.
+    pub created: Vec<(String, i32, usize)>,
+    /// `--groups`: each group's position per partition and its target offset.
+    pub groups: Vec<GroupRow>,
+    /// Whether `groups` were committed (not in a dry run).
+    pub groups_committed: bool,
 }
 
 impl RestoreSummary {
@@ -196,6 +288,31 @@ impl fmt::Display for RestoreSummary {
         }
         for (src, dst) in &self.targets {
             writeln!(f, "  {src} -> {dst}")?;
+        }
+        for (topic, partitions, configs) in &self.created {
+            writeln!(
+                f,
+                "created topic {topic} ({partitions} partition(s), {configs} config(s) of the archived topic)"
+            )?;
+        }
+        if !self.groups.is_empty() {
+            let groups: std::collections::BTreeSet<&str> = self
+                .groups
+                .iter()
+                .map(|r| r.position.group.as_str())
+                .collect();
+            writeln!(
+                f,
+                "consumer groups ({} of the state snapshots {}): {}",
+                groups.len(),
+                self.snapshots.as_deref().unwrap_or("-"),
+                if self.groups_committed {
+                    "positions committed"
+                } else {
+                    "dry run, nothing committed (end: the target partition's end after the restore; end+N: N records past it)"
+                }
+            )?;
+            groups::render(f, &self.groups)?;
         }
         let s = &self.skipped_objects;
         let records = reasons(&[
@@ -273,12 +390,18 @@ pub async fn run(
         let timeout = produce::transaction_timeout(largest, cfg.rate_limit_bytes_per_sec);
         let (producers, markers) = eos_setup(cfg, &fingerprint, timeout).await?;
         for (object, m) in markers {
+            let map = m
+                .map
+                .map(|(partition, ranges)| (cfg.naming.target(&m.topic), partition, ranges));
             checkpoint.mark(
                 &object,
-                checkpoint::Finished { records: m.records },
-                &m.topic,
-                m.partition,
-                m.last_offset,
+                checkpoint::Done {
+                    topic: m.topic,
+                    partition: m.partition,
+                    records: m.records,
+                    last_offset: m.last_offset,
+                    map,
+                },
             );
         }
         eos_producers = Some(producers);
@@ -325,85 +448,364 @@ pub async fn run(
         checkpoint: Some(cp_path.clone()),
         ..RestoreSummary::default()
     };
+    // The state snapshots: definitions of the topics to create, the groups' positions.
+    let recorded = load_recorded(cfg, &opts, store.as_ref(), &listing, &location).await?;
+    summary.snapshots = recorded.as_ref().map(Recorded::describe);
+    // Every selected archived topic (the checkpoint's finished ones too) and its target.
+    let restored_topics: BTreeMap<String, String> = plan
+        .max_partition
+        .keys()
+        .map(|t| (t.clone(), cfg.naming.target(t)))
+        .collect();
+    let positions = match &opts.groups {
+        Some(re) => Some(select_groups(
+            cfg,
+            &plan,
+            recorded.as_ref(),
+            re,
+            &restored_topics,
+        )?),
+        None => None,
+    };
     if opts.dry_run {
-        dry_run::run(cfg, store, &plan, &mut summary).await?;
+        let pending = dry_run::run(cfg, store, &plan, &mut summary, positions.is_some()).await?;
+        if let Some(positions) = &positions {
+            summary.groups = group_rows(positions, &checkpoint, &pending)?;
+        }
         summary.checkpoint = cp_path.exists().then_some(cp_path);
         summary.duration = started.elapsed();
         return Ok(summary);
     }
-    if plan.partitions.is_empty() {
+    if plan.partitions.is_empty() && positions.is_none() {
         tracing::info!(checkpoint = %cp_path.display(), objects = plan.skips.finished, "every selected object was restored already; delete the checkpoint to restore again");
         summary.duration = started.elapsed();
         return Ok(summary);
     }
 
-    let targets = prepare_targets(cfg, &plan).await?;
-    let producers = match eos_producers {
-        Some(p) => Producers::PerWorker(p),
-        None => Producers::Shared(RestoreProducer::new(&cfg.kafka, WORKERS, None)?),
-    };
-    let total_objects = plan.object_count();
-    let progress = progress::Progress::new(total_objects, plan.bytes(), opts.progress_bar);
-    let reporter = progress.spawn_reporter().ok();
-    tracing::info!(
-        objects = total_objects,
-        bytes = plan.bytes(),
-        partitions = plan.partitions.len(),
-        checkpoint = %cp_path.display(),
-        "restoring"
+    let kafka = cfg.kafka.clone();
+    let admin = Arc::new(
+        tokio::task::spawn_blocking(move || Admin::connect(&kafka))
+            .await
+            .map_err(|e| RestoreError::Internal(e.to_string()))??,
     );
-    let engine = Arc::new(Engine {
-        cfg: cfg.clone(),
-        store,
-        rt: tokio::runtime::Handle::current(),
-        targets,
-        producers,
-        checkpoint: Mutex::new(checkpoint),
-        progress: progress.clone(),
-        rate: cfg.rate_limit_bytes_per_sec.map(rate::RateLimiter::new),
-        filter: TimeFilter::new(cfg.from, cfg.to),
-        stop: opts.stop.clone(),
-        fingerprint,
-        abort: AtomicBool::new(false),
-        first_error: Mutex::new(None),
-        counts: Mutex::new(Counts::default()),
-        queue: Mutex::new(plan.partitions.iter().cloned().collect::<VecDeque<_>>()),
-        budget: replay::Budget::new(cfg.memory_budget.0),
-    });
-    let workers = WORKERS.min(plan.partitions.len()).max(1);
-    let runner = engine.clone();
-    let result = tokio::task::spawn_blocking(move || {
-        let r = runner.run(workers);
-        if let Producers::Shared(p) = &runner.producers {
-            p.flush(Duration::from_secs(30));
-        }
-        r
-    })
-    .await
-    .unwrap_or_else(|e| Err(RestoreError::Internal(format!("restore workers: {e}"))));
-    progress.finish();
-    if let Some(h) = reporter {
-        let _ = h.join();
+    // Everything that refuses the restore, before anything is written.
+    let decisions = decide_targets(cfg, &plan, recorded.as_ref(), &opts, &admin).await?;
+    if let Some(positions) = &positions {
+        ensure_idle(cfg, &admin, positions).await?;
     }
-    result?;
-    let counts = engine.counts.lock().map(|c| c.clone()).unwrap_or_default();
-    if opts.stop.load(std::sync::atomic::Ordering::Relaxed)
-        && counts.objects + (counts.corrupt.len() as u64) < total_objects
-    {
-        return Err(RestoreError::Interrupted {
-            done: counts.objects,
-            total: total_objects,
-            checkpoint: cp_path.display().to_string(),
+    let (targets, created) = create_targets(cfg, decisions, &admin).await?;
+    summary.created = created;
+
+    let mut checkpoint = Some(checkpoint);
+    let mut engine = None;
+    if plan.partitions.is_empty() {
+        tracing::info!(checkpoint = %cp_path.display(), objects = plan.skips.finished, "every selected object was restored already; committing the groups' positions");
+    } else {
+        let producers = match eos_producers {
+            Some(p) => Producers::PerWorker(p),
+            None => Producers::Shared(RestoreProducer::new(&cfg.kafka, WORKERS, None)?),
+        };
+        let total_objects = plan.object_count();
+        let progress = progress::Progress::new(total_objects, plan.bytes(), opts.progress_bar);
+        let reporter = progress.spawn_reporter().ok();
+        tracing::info!(
+            objects = total_objects,
+            bytes = plan.bytes(),
+            partitions = plan.partitions.len(),
+            checkpoint = %cp_path.display(),
+            "restoring"
+        );
+        let e = Arc::new(Engine {
+            cfg: cfg.clone(),
+            store,
+            rt: tokio::runtime::Handle::current(),
+            targets,
+            producers,
+            checkpoint: Mutex::new(
+                checkpoint
+                    .take()
+                    .ok_or_else(|| RestoreError::Internal("checkpoint taken twice".into()))?,
+            ),
+            progress: progress.clone(),
+            rate: cfg.rate_limit_bytes_per_sec.map(rate::RateLimiter::new),
+            filter: TimeFilter::new(cfg.from, cfg.to),
+            stop: opts.stop.clone(),
+            fingerprint,
+            abort: AtomicBool::new(false),
+            first_error: Mutex::new(None),
+            counts: Mutex::new(Counts::default()),
+            queue: Mutex::new(plan.partitions.iter().cloned().collect::<VecDeque<_>>()),
+            budget: replay::Budget::new(cfg.memory_budget.0),
         });
+        let workers = WORKERS.min(plan.partitions.len()).max(1);
+        let runner = e.clone();
+        let result = tokio::task::spawn_blocking(move || {
+            let r = runner.run(workers);
+            if let Producers::Shared(p) = &runner.producers {
+                p.flush(Duration::from_secs(30));
+            }
+            r
+        })
+        .await
+        .unwrap_or_else(|e| Err(RestoreError::Internal(format!("restore workers: {e}"))));
+        progress.finish();
+        if let Some(h) = reporter {
+            let _ = h.join();
+        }
+        result?;
+        let counts = e.counts.lock().map(|c| c.clone()).unwrap_or_default();
+        if opts.stop.load(std::sync::atomic::Ordering::Relaxed)
+            && counts.objects + (counts.corrupt.len() as u64) < total_objects
+        {
+            return Err(RestoreError::Interrupted {
+                done: counts.objects,
+                total: total_objects,
+                checkpoint: cp_path.display().to_string(),
+            });
+        }
+        summary.objects = counts.objects;
+        summary.records = counts.records;
+        summary.bytes = counts.bytes;
+        summary.records_out_of_range = counts.out_of_range;
+        summary.records_duplicate = counts.duplicates;
+        summary.corrupt = counts.corrupt;
+        engine = Some(e);
     }
-    summary.objects = counts.objects;
-    summary.records = counts.records;
-    summary.bytes = counts.bytes;
-    summary.records_out_of_range = counts.out_of_range;
-    summary.records_duplicate = counts.duplicates;
-    summary.corrupt = counts.corrupt;
+
+    if let Some(positions) = &positions {
+        let rows = {
+            let guard = match &engine {
+                Some(e) => Some(
+                    e.checkpoint
+                        .lock()
+                        .map_err(|_| RestoreError::Internal("checkpoint lock poisoned".into()))?,
+                ),
+                None => None,
+            };
+            let cp = match (&guard, &checkpoint) {
+                (Some(g), _) => &**g,
+                (None, Some(c)) => c,
+                (None, None) => return Err(RestoreError::Internal("no checkpoint".into())),
+            };
+            group_rows(positions, cp, &dry_run::Pending::new())?
+        };
+        summary.groups = commit_groups(cfg, &admin, rows).await?;
+        summary.groups_committed = true;
+    }
     summary.duration = started.elapsed();
     Ok(summary)
+}
+
+/// Reads the state snapshots when this run needs them: always for a restore (definitions of
+/// the topics it creates; without them, the archive alone), and for `--groups` (then missing
+/// or unreadable snapshots are an error).
+async fn load_recorded(
+    cfg: &RestoreConfig,
+    opts: &RestoreOptions,
+    store: &dyn ObjectStore,
+    listing: &[ObjectMeta],
+    location: &str,
+) -> Result<Option<Recorded>, RestoreError> {
+    let required = opts.groups.is_some();
+    if opts.dry_run && !required {
+        return Ok(None);
+    }
+    let task = opts.state_task.as_deref();
+    match snapshots::load(store, listing, &cfg.directory, task, cfg.to).await {
+        Ok(r) if r.used.is_empty() && required => Err(RestoreError::NoSnapshot {
+            location: location.to_string(),
+            task: task.map_or(String::new(), |t| format!(" of task {t}")),
+            to: cfg
+                .to
+                .map_or("now".into(), |t| format!("--to {}", t.to_rfc3339())),
+        }),
+        Ok(r) if r.used.is_empty() => Ok(None),
+        Ok(r) => {
+            tracing::info!(snapshots = %r.describe(), topics = r.topics.len(), groups = r.groups.len(), "cluster state snapshots");
+            Ok(Some(r))
+        }
+        Err(e) if required => Err(e.into()),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the cluster state snapshots; missing topics are created from the archive alone (partition count, no configs)");
+            Ok(None)
+        }
+    }
+}
+
+/// The recorded positions `--groups` restores, refusing what cannot be restored exactly.
+fn select_groups(
+    cfg: &RestoreConfig,
+    plan: &Plan,
+    recorded: Option<&Recorded>,
+    re: &regex::Regex,
+    restored_topics: &BTreeMap<String, String>,
+) -> Result<Vec<Position>, RestoreError> {
+    if cfg.partitioning != Partitioning::Original {
+        return Err(RestoreError::GroupsNeedOriginal);
+    }
+    let Some(recorded) = recorded else {
+        return Err(RestoreError::Internal(
+            "no state snapshot for --groups".into(),
+        ));
+    };
+    let positions = groups::select(&recorded.groups, |g| re.is_match(g), restored_topics).map_err(
+        |e| match e {
+            groups::SelectError::NoMatch { recorded: names } => RestoreError::NoGroups {
+                regex: re
+                    .as_str()
+                    .trim_start_matches("^(?:")
+                    .trim_end_matches(")$")
+                    .to_string(),
+                snapshots: recorded.describe(),
+                recorded: if names.is_empty() {
+                    "none".into()
+                } else {
+                    names.join(", ")
+                },
+            },
+            groups::SelectError::Clash {
+                group,
+                target,
+                sources,
+            } => RestoreError::GroupTargetsClash {
+                group,
+                target,
+                sources: sources.join(", "),
+            },
+        },
+    )?;
+    // Text archives carry no offsets: their groups cannot be placed (say so before writing).
+    for p in &positions {
+        if let Some(o) = plan.objects().find(|o| {
+            o.name.topic == p.topic
+                && o.name.partition == p.partition
+                && o.name.extension.starts_with("txt")
+        }) {
+            return Err(RestoreError::GroupUnmapped {
+                group: p.group.clone(),
+                topic: p.topic.clone(),
+                partition: p.partition,
+                object: o.key.clone(),
+            });
+        }
+    }
+    Ok(positions)
+}
+
+/// Each position's target offset from the checkpoint's offset map (and, in a dry run, the
+/// records still to restore).
+fn group_rows(
+    positions: &[Position],
+    cp: &Checkpoint,
+    pending: &dry_run::Pending,
+) -> Result<Vec<GroupRow>, RestoreError> {
+    positions
+        .iter()
+        .map(|p| {
+            let map =
+                cp.offset_map(&p.topic, p.partition)
+                    .map_err(|u| RestoreError::GroupUnmapped {
+                        group: p.group.clone(),
+                        topic: p.topic.clone(),
+                        partition: p.partition,
+                        object: u.object,
+                    })?;
+            // What overlapping objects repeat is not sent again.
+            let sent_up_to = cp.last_offset(&p.topic, p.partition);
+            let still: Vec<i64> = pending
+                .get(&(p.topic.clone(), p.partition))
+                .map(|v| {
+                    v.iter()
+                        .copied()
+                        .filter(|o| sent_up_to.is_none_or(|l| *o > l))
+                        .collect()
+                })
+                .unwrap_or_default();
+            Ok(GroupRow {
+                position: p.clone(),
+                target: groups::translate(p.committed, map.map(|m| &m.ranges), &still),
+            })
+        })
+        .collect()
+}
+
+/// Refuses (naming it) the first group of `positions` with an active member on the target.
+async fn ensure_idle(
+    cfg: &RestoreConfig,
+    admin: &Arc<Admin>,
+    positions: &[Position],
+) -> Result<(), RestoreError> {
+    let mut names: Vec<String> = positions.iter().map(|p| p.group.clone()).collect();
+    names.dedup();
+    let a = admin.clone();
+    let active = tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        groups::first_active(&a, &refs)
+    })
+    .await
+    .map_err(|e| RestoreError::Internal(e.to_string()))??;
+    match active {
+        Some((group, members)) => Err(RestoreError::GroupActive {
+            group,
+            servers: crate::kafka::servers(&cfg.kafka),
+            members,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Places `End` positions at the target partitions' ends, checks again that no group has an
+/// active member, and commits every group's positions. Returns the rows as committed.
+async fn commit_groups(
+    cfg: &RestoreConfig,
+    admin: &Arc<Admin>,
+    mut rows: Vec<GroupRow>,
+) -> Result<Vec<GroupRow>, RestoreError> {
+    let a = admin.clone();
+    rows = tokio::task::spawn_blocking(move || {
+        for r in rows.iter_mut() {
+            if r.target == TargetOffset::End {
+                let (_, high) = a.watermarks(&r.position.target_topic, r.position.partition)?;
+                r.target = TargetOffset::At(high);
+            }
+        }
+        Ok::<_, KafkaError>(rows)
+    })
+    .await
+    .map_err(|e| RestoreError::Internal(e.to_string()))??;
+    let positions: Vec<Position> = rows.iter().map(|r| r.position.clone()).collect();
+    ensure_idle(cfg, admin, &positions).await?;
+    let mut per_group: BTreeMap<String, Vec<(String, i32, i64)>> = BTreeMap::new();
+    for r in &rows {
+        let TargetOffset::At(offset) = r.target else {
+            return Err(RestoreError::Internal(format!(
+                "group {} has no target offset on {} partition {}",
+                r.position.group, r.position.target_topic, r.position.partition
+            )));
+        };
+        per_group
+            .entry(r.position.group.clone())
+            .or_default()
+            .push((
+                r.position.target_topic.clone(),
+                r.position.partition,
+                offset,
+            ));
+    }
+    let servers = crate::kafka::servers(&cfg.kafka);
+    for (group, offsets) in per_group {
+        let (k, g) = (cfg.kafka.clone(), group.clone());
+        tokio::task::spawn_blocking(move || groups::commit(&k, &g, &offsets))
+            .await
+            .map_err(|e| RestoreError::Internal(e.to_string()))?
+            .map_err(|detail| RestoreError::GroupCommit {
+                group: group.clone(),
+                servers: servers.clone(),
+                detail,
+            })?;
+        tracing::info!(group = %group, "consumer group positions committed");
+    }
+    Ok(rows)
 }
 
 /// Clear errors for an empty archive or a selection that matches nothing.
@@ -449,11 +851,15 @@ fn check_plan(cfg: &RestoreConfig, plan: &Plan, location: &str) -> Result<(), Re
     })
 }
 
-/// Resolves every target topic: its partition count, creating it when missing and allowed.
-async fn prepare_targets(
+/// What to do with each target topic (and the archived topics restored into it), decided from
+/// the cluster's metadata before anything is written: the first refusal is the error.
+async fn decide_targets(
     cfg: &RestoreConfig,
     plan: &Plan,
-) -> Result<BTreeMap<String, Target>, RestoreError> {
+    recorded: Option<&Recorded>,
+    opts: &RestoreOptions,
+    admin: &Arc<Admin>,
+) -> Result<Vec<(String, Vec<String>, topics::Decision)>, RestoreError> {
     // Sources per target (several archived topics may be mapped onto one).
     let mut wanted: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for p in &plan.partitions {
@@ -462,45 +868,107 @@ async fn prepare_targets(
             sources.push(p.topic.clone());
         }
     }
-    let kafka = cfg.kafka.clone();
-    let admin = Arc::new(
-        tokio::task::spawn_blocking(move || Admin::connect(&kafka))
-            .await
-            .map_err(|e| RestoreError::Internal(e.to_string()))??,
-    );
+    let rules = topics::Rules {
+        partitioning: cfg.partitioning,
+        create_topics: cfg.create_topics,
+        partitions: cfg.partitions,
+        with_configs: !opts.no_topic_configs,
+    };
     let servers = crate::kafka::servers(&cfg.kafka);
-    let mut out = BTreeMap::new();
+    let mut out = Vec::new();
     for (target, sources) in wanted {
         if sources.len() > 1 {
             tracing::warn!(target = %target, sources = ?sources, "several archived topics restore into one topic; order is kept per source partition only");
         }
-        let source_max = sources
-            .iter()
-            .filter_map(|s| plan.max_partition.get(s).copied())
-            .max()
-            .unwrap_or(0);
-        let count = partition_count(&admin, &target).await?;
-        let partitions = match count {
-            Some(n) => n,
-            None if !cfg.create_topics => {
-                return Err(RestoreError::TopicMissing {
-                    topic: target,
-                    servers,
-                    partitions: source_max + 1,
-                })
-            }
-            None => {
-                let n = plan::partitions_to_create(cfg.partitions, [source_max]);
+        let w = topics::Wanted {
+            target: target.clone(),
+            archived_partitions: sources
+                .iter()
+                .filter_map(|s| plan.max_partition.get(s).copied())
+                .max()
+                .unwrap_or(0)
+                + 1,
+            recorded: sources
+                .iter()
+                .filter_map(|s| recorded.and_then(|r| r.topics.get(s)))
+                .collect(),
+            sources: sources.clone(),
+        };
+        let existing = partition_count(admin, &target).await?;
+        let decision = topics::decide(&w, existing, rules).map_err(|r| match r {
+            topics::Refusal::Missing { needed } => RestoreError::TopicMissing {
+                topic: target.clone(),
+                servers: servers.clone(),
+                partitions: needed,
+            },
+            topics::Refusal::TooFewPartitions {
+                partitions,
+                needed,
+                configured: false,
+            } => RestoreError::TooFewPartitions {
+                topic: target.clone(),
+                servers: servers.clone(),
+                partitions,
+                sources: sources.join(", "),
+                needed,
+            },
+            topics::Refusal::TooFewPartitions {
+                partitions,
+                needed,
+                configured: true,
+            } => RestoreError::PartitionsSetTooLow {
+                topic: target.clone(),
+                partitions,
+                sources: sources.join(", "),
+                needed,
+            },
+        })?;
+        out.push((target, sources, decision));
+    }
+    Ok(out)
+}
+
+/// Creates the target topics the decisions say to create; returns where each archived topic
+/// goes, and the topics created (name, partitions, configs given).
+async fn create_targets(
+    cfg: &RestoreConfig,
+    decisions: Vec<(String, Vec<String>, topics::Decision)>,
+    admin: &Arc<Admin>,
+) -> Result<(BTreeMap<String, Target>, Vec<(String, i32, usize)>), RestoreError> {
+    let servers = crate::kafka::servers(&cfg.kafka);
+    let mut out = BTreeMap::new();
+    let mut created = Vec::new();
+    for (target, sources, decision) in decisions {
+        let partitions = match decision {
+            topics::Decision::Use { partitions } => partitions,
+            topics::Decision::Create {
+                partitions,
+                configs,
+            } => {
                 let replication = cfg.topic_replication();
-                tracing::info!(topic = %target, partitions = n, replication_factor = replication, "creating target topic (-1: the broker's default)");
-                admin.create_topic(&target, n, replication, &[]).await?;
-                wait_for_topic(&admin, &target, n, &servers).await?;
-                n
+                tracing::info!(topic = %target, partitions, replication_factor = replication, configs = ?configs, "creating target topic (replication -1: the broker's default)");
+                let pairs: Vec<(&str, &str)> = configs
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                admin
+                    .create_topic(&target, partitions, replication, &pairs)
+                    .await
+                    .map_err(|e| match e {
+                        KafkaError::Topic { detail, .. } if !configs.is_empty() => {
+                            RestoreError::TopicConfigs {
+                                topic: target.clone(),
+                                configs: configs.keys().cloned().collect::<Vec<_>>().join(", "),
+                                detail,
+                            }
+                        }
+                        e => e.into(),
+                    })?;
+                wait_for_topic(admin, &target, partitions, &servers).await?;
+                created.push((target.clone(), partitions, configs.len()));
+                partitions
             }
         };
-        if cfg.partitioning == Partitioning::Original && partitions <= source_max {
-            tracing::warn!(topic = %target, target_partitions = partitions, archived_partitions = source_max + 1, "target has fewer partitions than the archive: records of the missing partitions go by key hash");
-        }
         for s in sources {
             out.insert(
                 s,
@@ -511,7 +979,7 @@ async fn prepare_targets(
             );
         }
     }
-    Ok(out)
+    Ok((out, created))
 }
 
 async fn partition_count(admin: &Arc<Admin>, topic: &str) -> Result<Option<i32>, RestoreError> {

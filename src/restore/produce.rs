@@ -3,7 +3,9 @@
 //! producer would put them). Optionally transactional, for exactly-once restores.
 //!
 //! Deliveries are counted per *slot*: each worker owns one slot and has one object in flight at
-//! a time, so it can wait until every record of its object is acknowledged (or failed).
+//! a time, so it can wait until every record of its object is acknowledged (or failed). A slot
+//! also keeps, when asked, the offset Kafka gave each record of the object (by its index), for
+//! the restore's offset map.
 
 use crate::config::{ClientKind, KafkaConfig};
 use crate::format::Record;
@@ -44,6 +46,19 @@ pub fn transaction_timeout(largest_object: u64, rate_bytes_per_sec: Option<f64>)
     Duration::from_secs_f64((BASE + send).min(MAX))
 }
 
+/// Slots a producer may have: the delivery opaque carries the slot in its low bits and the
+/// record's index within its object above them.
+const SLOT_BITS: u32 = 8;
+const MAX_SLOTS: usize = 1 << SLOT_BITS;
+
+fn opaque(slot: usize, index: usize) -> usize {
+    slot | (index << SLOT_BITS)
+}
+
+fn slot_and_index(opaque: usize) -> (usize, usize) {
+    (opaque & (MAX_SLOTS - 1), opaque >> SLOT_BITS)
+}
+
 #[derive(Default)]
 struct Slot {
     acked: AtomicU64,
@@ -51,6 +66,9 @@ struct Slot {
     /// Records sent for the current object; `u64::MAX` while still sending.
     expected: AtomicU64,
     first_error: Mutex<Option<String>>,
+    /// Offsets of the current object's records by index (-1 until delivered); empty when the
+    /// object's offsets are not wanted.
+    offsets: Mutex<Vec<i64>>,
     lock: Mutex<()>,
     cv: Condvar,
 }
@@ -81,12 +99,18 @@ impl ClientContext for RestoreContext {
 impl ProducerContext for RestoreContext {
     type DeliveryOpaque = usize;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, slot: usize) {
+    fn delivery(&self, result: &DeliveryResult<'_>, opaque: usize) {
+        let (slot, index) = slot_and_index(opaque);
         let Some(s) = self.slots.get(slot) else {
             return;
         };
         match result {
-            Ok(_) => {
+            Ok(m) => {
+                if let Ok(mut offsets) = s.offsets.lock() {
+                    if let Some(o) = offsets.get_mut(index) {
+                        *o = m.offset();
+                    }
+                }
                 s.acked.fetch_add(1, SeqCst);
             }
             Err((e, m)) => {
@@ -147,7 +171,9 @@ impl RestoreProducer {
                 .set("transaction.timeout.ms", timeout.as_millis().to_string());
         }
         let context = RestoreContext {
-            slots: (0..slots.max(1)).map(|_| Slot::default()).collect(),
+            slots: (0..slots.clamp(1, MAX_SLOTS))
+                .map(|_| Slot::default())
+                .collect(),
         };
         let inner = c
             .create_with_context(context)
@@ -165,8 +191,9 @@ impl RestoreProducer {
         self.inner.context().slots.get(slot)
     }
 
-    /// Resets a slot's counters before the first record of an object.
-    pub fn begin_object(&self, slot: usize) {
+    /// Resets a slot's counters before the first record of an object; `offsets_of` records
+    /// keeps the offsets Kafka gives records `0..offsets_of` (see [`Self::take_offsets`]).
+    pub fn begin_object(&self, slot: usize, offsets_of: usize) {
         if let Some(s) = self.slot(slot) {
             s.expected.store(u64::MAX, SeqCst);
             s.acked.store(0, SeqCst);
@@ -174,19 +201,34 @@ impl RestoreProducer {
             if let Ok(mut e) = s.first_error.lock() {
                 *e = None;
             }
+            if let Ok(mut o) = s.offsets.lock() {
+                o.clear();
+                o.resize(offsets_of, -1);
+            }
         }
     }
 
-    /// Queues one record; waits while librdkafka's queue is full. Errors are permanent for
-    /// this record (too large, unknown topic, fatal producer state).
+    /// The offsets of the current object's records by index (-1: not delivered); call after
+    /// [`Self::wait_object`].
+    pub fn take_offsets(&self, slot: usize) -> Vec<i64> {
+        self.slot(slot)
+            .and_then(|s| s.offsets.lock().ok().map(|mut o| std::mem::take(&mut *o)))
+            .unwrap_or_default()
+    }
+
+    /// Queues one record, the `index`th of the slot's object; waits while librdkafka's queue
+    /// is full. Errors are permanent for this record (too large, unknown topic, fatal producer
+    /// state).
     pub fn send(
         &self,
         slot: usize,
+        index: usize,
         topic: &str,
         partition: Option<i32>,
         r: &Record,
     ) -> Result<(), String> {
-        let mut rec: BaseRecord<'_, [u8], [u8], usize> = BaseRecord::with_opaque_to(topic, slot);
+        let mut rec: BaseRecord<'_, [u8], [u8], usize> =
+            BaseRecord::with_opaque_to(topic, opaque(slot, index));
         // Kafka does not tell "no headers" from an empty list; skip the allocation.
         if !r.headers.is_empty() {
             let mut headers = OwnedHeaders::new_with_capacity(r.headers.len());
@@ -319,6 +361,13 @@ impl RestoreProducer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_delivery_opaque_carries_slot_and_index() {
+        for (slot, index) in [(0, 0), (3, 0), (0, 1), (255, 1 << 40), (7, 123_456)] {
+            assert_eq!(slot_and_index(opaque(slot, index)), (slot, index));
+        }
+    }
 
     #[test]
     fn transaction_timeout_covers_a_rate_limited_object() {

@@ -6,13 +6,14 @@
 //! object. So at most one object per source partition is in flight, and only its records can
 //! be sent twice after a crash.
 
-use super::checkpoint::{Checkpoint, Finished};
+use super::checkpoint::{Checkpoint, Done};
+use super::offset_map::Ranges;
 use super::plan::{choose_partition, PlannedObject, SourcePartition, TimeFilter};
 use super::produce::RestoreProducer;
 use super::progress::Progress;
 use super::rate::RateLimiter;
 use super::{eos, CorruptObject, RestoreError};
-use crate::config::RestoreConfig;
+use crate::config::{Partitioning, RestoreConfig};
 use crate::format::{FormatSpec, Record};
 use crate::store::ObjectStore;
 use std::collections::{BTreeMap, VecDeque};
@@ -327,7 +328,22 @@ impl Engine {
             sent,
             detail,
         };
-        producer.begin_object(slot);
+        // With original partitioning every record of the object goes to its archived
+        // partition: record where each lands, for the offset map.
+        let map_partition = match self.cfg.partitioning {
+            Partitioning::Original => choose_partition(
+                Partitioning::Original,
+                obj.name.partition,
+                target.partitions,
+            ),
+            Partitioning::KeyHash => None,
+        };
+        let mut sources: Vec<i64> = Vec::new();
+        let mut mappable = map_partition.is_some();
+        if mappable {
+            sources.reserve(records.len());
+        }
+        producer.begin_object(slot, if mappable { records.len() + 1 } else { 0 });
         if txn {
             producer
                 .begin_transaction()
@@ -361,11 +377,17 @@ impl Engine {
             }
             let archived = r.partition.unwrap_or(obj.name.partition);
             let partition = choose_partition(self.cfg.partitioning, archived, target.partitions);
+            if mappable {
+                match r.offset {
+                    Some(o) if partition == map_partition => sources.push(o),
+                    _ => mappable = false,
+                }
+            }
             let size = record_bytes(r);
             if let Some(rate) = &self.rate {
                 rate.acquire(size);
             }
-            if let Err(detail) = producer.send(slot, &target.topic, partition, r) {
+            if let Err(detail) = producer.send(slot, sent as usize, &target.topic, partition, r) {
                 let at = r
                     .offset
                     .map_or(String::new(), |o| format!(" at offset {o}"));
@@ -390,30 +412,45 @@ impl Engine {
             producer.abort_transaction();
             return Ok(());
         }
-        let mut expected = sent;
-        if txn {
-            let marker = eos::marker(
-                &self.fingerprint,
-                &obj.key,
-                &obj.name.topic,
-                obj.name.partition,
-                sent,
-                max_offset,
-            );
-            if let Err(d) = producer.send(slot, eos::PROGRESS_TOPIC, Some(0), &marker) {
-                let _ = producer.wait_object(slot, sent);
-                producer.abort_transaction();
-                return Err(produce_err(format!("progress marker: {d}"), 1, sent + 1));
-            }
-            expected += 1;
-        }
-        if let Err(f) = producer.wait_object(slot, expected) {
+        // Every record acknowledged first: their offsets go into the exactly-once marker.
+        if let Err(f) = producer.wait_object(slot, sent) {
             if txn {
                 producer.abort_transaction();
             }
             return Err(produce_err(f.detail, f.failed, f.sent));
         }
+        let map = match (mappable, map_partition) {
+            (true, Some(p)) => {
+                let targets = producer.take_offsets(slot);
+                let ranges =
+                    Ranges::of_object(&sources, targets.get(..sources.len()).unwrap_or(&[]));
+                if ranges.is_none() {
+                    tracing::warn!(object = %location, "delivery reports lack offsets or go back; the partition's offset map is incomplete (restoring consumer groups onto it will be refused)");
+                }
+                ranges.map(|r| (target.topic.clone(), p, r))
+            }
+            _ => None,
+        };
         if txn {
+            let m = eos::Marker {
+                topic: obj.name.topic.clone(),
+                partition: obj.name.partition,
+                records: sent,
+                last_offset: max_offset,
+                map: map.as_ref().map(|(_, p, r)| (*p, r.clone())),
+            };
+            let marker = eos::marker(&self.fingerprint, &obj.key, &m);
+            if let Err(d) =
+                producer.send(slot, sent as usize, eos::PROGRESS_TOPIC, Some(0), &marker)
+            {
+                let _ = producer.wait_object(slot, sent);
+                producer.abort_transaction();
+                return Err(produce_err(format!("progress marker: {d}"), 1, sent + 1));
+            }
+            if let Err(f) = producer.wait_object(slot, sent + 1) {
+                producer.abort_transaction();
+                return Err(produce_err(f.detail, f.failed, f.sent));
+            }
             producer.commit_transaction().map_err(|d| {
                 produce_err(
                     format!("commit of the object's transaction: {d}"),
@@ -433,10 +470,13 @@ impl Engine {
                 .map_err(|_| RestoreError::Internal("checkpoint lock poisoned".into()))?;
             cp.finish(
                 &obj.key,
-                Finished { records: sent },
-                &obj.name.topic,
-                obj.name.partition,
-                max_offset,
+                Done {
+                    topic: obj.name.topic.clone(),
+                    partition: obj.name.partition,
+                    records: sent,
+                    last_offset: max_offset,
+                    map,
+                },
             )?;
         }
         if let Some(m) = max_offset {
