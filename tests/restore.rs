@@ -1916,7 +1916,7 @@ fn keyed(topic: &str, partition: i32, key: &str, seq: usize) -> Record {
 /// Commits positions for `group` on a cluster without joining it.
 fn commit_positions(k: &strata::config::KafkaConfig, group: &str, at: &[(String, i32, i64)]) {
     use rdkafka::consumer::CommitMode;
-    let c: BaseConsumer = strata::kafka::client_config(k)
+    let c: BaseConsumer = strata::kafka::client_config(k, strata::config::ClientKind::Consumer)
         .set("group.id", group)
         .create()
         .unwrap();
@@ -2000,7 +2000,7 @@ fn consume_group(
     topic: &str,
     partitions: i32,
 ) -> BTreeMap<i32, Vec<Record>> {
-    let c: BaseConsumer = strata::kafka::client_config(k)
+    let c: BaseConsumer = strata::kafka::client_config(k, strata::config::ClientKind::Consumer)
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("auto.offset.reset", "error")
@@ -2223,11 +2223,12 @@ async fn groups_resume_on_the_peer_exactly_after_their_source_positions() {
     let member = {
         let (peer, group, busy, stop) = (peer.clone(), group_b.clone(), busy.clone(), stop.clone());
         std::thread::spawn(move || {
-            let c: BaseConsumer = strata::kafka::client_config(&peer)
-                .set("group.id", &group)
-                .set("enable.auto.commit", "false")
-                .create()
-                .unwrap();
+            let c: BaseConsumer =
+                strata::kafka::client_config(&peer, strata::config::ClientKind::Consumer)
+                    .set("group.id", &group)
+                    .set("enable.auto.commit", "false")
+                    .create()
+                    .unwrap();
             c.subscribe(&[&busy]).unwrap();
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let _ = c.poll(Duration::from_millis(100));
