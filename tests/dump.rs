@@ -979,6 +979,28 @@ async fn iceberg_tables_on_file_and_s3_are_read_back_by_pyiceberg() {
         let read = common::iceberg::pyiceberg_read(&props, &table);
         assert_eq!(common::iceberg::check_table(&read, &topic), 300);
         assert_eq!(read["files"].as_u64(), Some(summary[0].objects));
+        if !s3 {
+            // A second reader: iceberg-core through Java's JDBC catalog on the same SQLite file
+            // (its S3 file IO is not among the test's jars).
+            let java = common::iceberg::java_check(&db, &warehouse, &table);
+            assert_eq!(java["records"], 300);
+            assert_eq!(java["files"].as_u64(), Some(summary[0].objects));
+            assert_eq!(
+                java["spec"],
+                serde_json::json!(["timestamp_day=day(timestamp)"])
+            );
+            assert_eq!(
+                java["fields"][3],
+                serde_json::json!([4, "timestamp", "timestamptz"])
+            );
+            assert_eq!(java["fields"][7][0], 8);
+            let snaps = java["snapshots"].as_array().unwrap();
+            assert_eq!(snaps.len(), read["snapshots"].as_array().unwrap().len());
+            let last = snaps.last().unwrap();
+            assert_eq!(last["id"], java["current"]);
+            assert_eq!(last["operation"], "append");
+            assert_eq!(last["summary"]["strata.offsets"], read["current"]);
+        }
 
         // Another run reads from the table's offsets: only what came since.
         produce(&sample_records(&topic, 30, 3, base_ts() + 400_000)).await;

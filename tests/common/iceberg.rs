@@ -158,6 +158,30 @@ pub fn check_table(read: &serde_json::Value, topic: &str) -> usize {
     rows.len()
 }
 
+/// iceberg-core's view of a table on the embedded catalog's SQLite file (`StrataTableCheck` of
+/// devenv/iceberg-rest, through Java's JDBC catalog): snapshots, fields, spec, files, records.
+pub fn java_check(db: &std::path::Path, warehouse: &str, table: &str) -> serde_json::Value {
+    let cp = std::env::var("STRATA_TEST_ICEBERG_REST_CLASSPATH")
+        .expect("STRATA_TEST_ICEBERG_REST_CLASSPATH (./dev test sets it: devenv/iceberg-rest)");
+    let out = std::process::Command::new("java")
+        .arg("-cp")
+        .arg(cp)
+        .arg("StrataTableCheck")
+        .arg(db)
+        .arg(warehouse)
+        .arg(table)
+        .output()
+        .expect("java");
+    assert!(
+        out.status.success(),
+        "iceberg-core's check failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or_default();
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
 /// Apache Iceberg's REST catalog server (devenv/iceberg-rest, built by `./dev setup`) over a
 /// SQLite file, on a free port of 127.0.0.1; stopped when dropped.
 pub struct RestCatalog {
