@@ -764,6 +764,60 @@ async fn iceberg_zombie_member_cannot_commit_over_the_new_owner() {
     );
 }
 
+/// An Iceberg task killed with SIGKILL at three random moments while records keep coming, then
+/// a final `--once`: every offset is in the table exactly once, no two commits overlap, and
+/// the data files no snapshot names (uploads the kills cut off from their commit) are only
+/// orphans for the engine's clean-up, never rows.
+#[tokio::test(flavor = "multi_thread")]
+async fn iceberg_kill_9_at_random_moments_keeps_every_offset_exactly_once() {
+    let topic = unique("ice-crash");
+    create_topic(&topic, 3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    std::fs::create_dir_all(&root).unwrap();
+    let db = dir.path().join("catalog.db");
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "{}{FAST_GROUP}\"group.instance.id\" = \"{}\"\n[[tasks]]\nname = \"{}\"\ntopics = [\"{topic}\"]\ndump_interval_secs = 1\nformat = \"iceberg\"\nmax_file_size = \"1MiB\"\ndirectory = \"lake\"\n[tasks.iceberg]\ncatalog_file = \"{}\"\n",
+            file_toml(&root),
+            unique("ice-crash-member"),
+            unique("ice-crash-task"),
+            db.display()
+        ),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = start_producer(&topic, 3, stop.clone());
+    let log = dir.path().join("dump.log");
+    kill_rounds(&cfg, &log, 3, 1500..4000).await;
+    stop.store(true, Ordering::Relaxed);
+    let produced = producer.await.unwrap();
+    run_once(&cfg);
+    let commits = count_in(&log, "committed to the table");
+    assert!(
+        commits >= 2,
+        "the killed processes committed {commits} times; the test proves little"
+    );
+    let table = format!("kafka.{}", topic.replace('-', "_"));
+    let props = common::iceberg::sql_catalog(
+        &db,
+        &format!("file://{}/lake", root.display()),
+        serde_json::json!({}),
+    );
+    let read = common::iceberg::pyiceberg_read(&props, &table);
+    assert_eq!(common::iceberg::check_table(&read, &topic), produced);
+    let on_disk = walk_files(&root.join("lake"))
+        .into_iter()
+        .filter(|f| f.ends_with(".parquet"))
+        .count() as u64;
+    let referenced = read["files"].as_u64().unwrap();
+    assert!(on_disk >= referenced, "every file the table names exists");
+    eprintln!(
+        "{commits} commits before the last run; {referenced} data files in the table, {} orphans of killed uploads",
+        on_disk - referenced
+    );
+}
+
 /// The archive holds every offset below `high` of each partition, contiguously from 0.
 async fn archived_up_to(store: &dyn ObjectStore, topic: &str, high: &[i64]) -> Result<(), String> {
     let objects = read_archive(store, "", TextOptions::default()).await;
