@@ -24,6 +24,8 @@ use std::time::Duration;
 
 /// Commits retried after another writer's commit landed first (each retry re-checks the rule).
 const COMMIT_ATTEMPTS: u32 = 20;
+/// How long a commit is retried while the catalog (or the store under it) fails.
+const TRANSIENT_FOR: Duration = Duration::from_secs(120);
 
 /// An open catalog and where the task's tables are.
 pub struct Tables {
@@ -280,25 +282,74 @@ impl Tables {
 
     /// Appends `files` with the offsets they cover in one snapshot, on the newest snapshot for
     /// which the offsets rule holds; the table's new offsets are the answer. Retried while
-    /// other writers' commits land first; [`IcebergError::Zombie`] when the rule fails.
+    /// other writers' commits land first, and while the catalog fails for up to
+    /// [`TRANSIENT_FOR`]; [`IcebergError::Zombie`] when the rule fails.
     pub async fn commit(
         &self,
         topic: &str,
         files: Vec<DataFile>,
         advance: &BTreeMap<i32, Advance>,
     ) -> Result<Offsets, IcebergError> {
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        self.commit_as(&id, topic, files, advance).await
+    }
+
+    /// [`Tables::commit`] under the commit id `id`, which its snapshot's summary carries: a
+    /// retry after an answer that never came finds its own commit landed instead of taking the
+    /// offsets it moved for another writer's.
+    async fn commit_as(
+        &self,
+        id: &str,
+        topic: &str,
+        files: Vec<DataFile>,
+        advance: &BTreeMap<i32, Advance>,
+    ) -> Result<Offsets, IcebergError> {
         let ident = self.ident(topic);
+        let table_err = |detail: String| IcebergError::Table {
+            table: ident.to_string(),
+            detail,
+        };
+        let started = std::time::Instant::now();
+        let mut conflicts = 0;
+        let mut failures = 0u32;
         let mut last = String::new();
-        for attempt in 0..COMMIT_ATTEMPTS {
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(20 << attempt.min(5))).await;
+        loop {
+            if conflicts >= COMMIT_ATTEMPTS {
+                return Err(table_err(format!("{COMMIT_ATTEMPTS} commits in a row lost to other writers' commits; the last: {last}")));
             }
-            let (table, current) = self.offsets(topic).await?;
+            if conflicts + failures > 0 {
+                let backoff = if failures > 0 {
+                    Duration::from_millis(250 << failures.min(4))
+                } else {
+                    Duration::from_millis(20 << conflicts.min(5))
+                };
+                tokio::time::sleep(backoff).await;
+            }
+            let transient = |e: IcebergError, last: &mut String, failures: &mut u32| {
+                if started.elapsed() >= TRANSIENT_FOR {
+                    return Err(e);
+                }
+                tracing::warn!(task = %self.task, table = %ident, error = %e, "an Iceberg commit failed; retrying");
+                *last = e.to_string();
+                *failures += 1;
+                Ok(())
+            };
+            let (table, current) = match self.offsets(topic).await {
+                Ok(x) => x,
+                Err(e) => {
+                    transient(e, &mut last, &mut failures)?;
+                    continue;
+                }
+            };
+            if failures > 0 && landed(&table, id) {
+                return Ok(current);
+            }
             offsets::check(&current, advance).map_err(|c| IcebergError::Zombie {
                 table: ident.to_string(),
                 conflict: c,
             })?;
-            let summary = offsets::summary(&current, advance, &self.task);
+            let mut summary = offsets::summary(&current, advance, &self.task);
+            summary.insert(offsets::COMMIT.to_string(), id.to_string());
             let tx = Transaction::new(&table);
             let tx = tx
                 .fast_append()
@@ -313,25 +364,55 @@ impl Tables {
                 snapshot: table.metadata().current_snapshot_id(),
             };
             match tx.commit(&pinned).await {
-                Ok(t) => {
-                    return offsets_of(&t).map_err(|detail| IcebergError::Table {
-                        table: ident.to_string(),
-                        detail,
-                    })
+                Ok(t) => return offsets_of(&t).map_err(table_err),
+                Err(e) if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts => {
+                    // Another writer's commit came first (or an answer was lost and the retry
+                    // met this commit's own snapshot: the next look finds it).
+                    last = e.to_string();
+                    conflicts += 1;
+                    if failures > 0 {
+                        failures += 1;
+                    }
                 }
                 Err(e)
-                    if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts || e.retryable() =>
+                    if matches!(
+                        e.kind(),
+                        iceberg::ErrorKind::DataInvalid
+                            | iceberg::ErrorKind::FeatureUnsupported
+                            | iceberg::ErrorKind::PreconditionFailed
+                    ) =>
                 {
-                    last = e.to_string();
+                    return Err(self.err(topic, e))
                 }
-                Err(e) => return Err(self.err(topic, e)),
+                // The catalog or the store failed: the commit may or may not have landed.
+                Err(e) => transient(self.err(topic, e), &mut last, &mut failures)?,
             }
         }
-        Err(IcebergError::Table {
-            table: ident.to_string(),
-            detail: format!("{COMMIT_ATTEMPTS} commits in a row lost to other writers' commits; the last: {last}"),
-        })
     }
+}
+
+/// Whether the commit `id` is among the table's newest snapshots (back to the previous strata
+/// snapshot before it, at most a few hundred).
+fn landed(t: &Table, id: &str) -> bool {
+    let m = t.metadata();
+    let mut at = m.current_snapshot();
+    let mut n = 0;
+    while let Some(s) = at {
+        if s.summary()
+            .additional_properties
+            .get(offsets::COMMIT)
+            .map(String::as_str)
+            == Some(id)
+        {
+            return true;
+        }
+        n += 1;
+        if n > 500 {
+            return false;
+        }
+        at = s.parent_snapshot_id().and_then(|p| m.snapshot_by_id(p));
+    }
+    false
 }
 
 /// The offsets of a table's newest snapshot that has any, walking back from the current one.

@@ -12,6 +12,8 @@ pub const OFFSETS: &str = "strata.offsets";
 pub const RANGES: &str = "strata.ranges";
 /// Summary property: the dump task that made the commit.
 pub const TASK: &str = "strata.task";
+/// Summary property: the commit's id, by which a retry recognises its own commit.
+pub const COMMIT: &str = "strata.commit";
 
 /// Next offset per partition.
 pub type Offsets = BTreeMap<i32, i64>;
