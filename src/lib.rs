@@ -2,7 +2,8 @@
 //!
 //! Four modes share these rooms: `dump` (topics into time-partitioned archives), `restore`
 //! (archives back into topics), `replicate` (topics from one cluster into another) and `tier`
-//! (the storage companion of brokers' tiered storage). `kafka::source` is the one consumer
+//! (the storage companion of brokers' tiered storage); `iceberg` turns a dump task's output into
+//! Apache Iceberg tables. `kafka::source` is the one consumer
 //! loop under dump and replicate.
 
 pub mod archive;
@@ -12,6 +13,7 @@ pub mod config;
 pub mod dump;
 pub mod fatal;
 pub mod format;
+pub mod iceberg;
 pub mod io;
 pub mod kafka;
 pub mod layout;

@@ -1066,4 +1066,130 @@ async fn a_snapshot_without_rights_names_the_acls_and_still_archives() {
     let (code, text) = run("required");
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains(&describe_configs), "{text}");
+
+/// `format = "iceberg"` with the embedded SQL catalog, to `file://` and to LocalStack S3:
+/// PyIceberg reads every record once and as produced; the snapshot summaries hold the offsets;
+/// a second `--once` resumes at the table's offsets and adds only the new records.
+#[tokio::test(flavor = "multi_thread")]
+async fn iceberg_tables_on_file_and_s3_are_read_back_by_pyiceberg() {
+    for s3 in [false, true] {
+        let topic = unique(if s3 { "ice-s3" } else { "ice.file" });
+        create_topic(&topic, 3).await;
+        produce(&sample_records(&topic, 300, 3, base_ts())).await;
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("cat/catalog.db");
+        let (head, warehouse, s3_props) = if s3 {
+            let prefix = unique("ice");
+            let props = serde_json::json!({"s3.endpoint": s3_endpoint(), "s3.access-key-id": "test",
+                "s3.secret-access-key": "test", "s3.region": "us-east-1"});
+            (
+                s3_toml(&prefix),
+                format!("s3://{TEST_BUCKET}/{prefix}/lake"),
+                props,
+            )
+        } else {
+            let root = dir.path().join("store");
+            std::fs::create_dir_all(&root).unwrap();
+            let w = format!("file://{}/lake", root.display());
+            (file_toml(&root), w, serde_json::json!({}))
+        };
+        let toml = format!(
+            "{head}{}",
+            task_toml(
+                &unique("ice-task"),
+                &topic,
+                &format!("format = \"iceberg\"\ncompression = \"zstd\"\ndirectory = \"lake\"\n[tasks.iceberg]\ncatalog_file = \"{}\"\n", db.display())
+            )
+        );
+        let summary = dump_once(&toml).await;
+        assert_eq!(summary[0].records, 300, "s3: {s3}");
+        assert!(
+            summary[0].objects >= 3,
+            "a data file per partition and day at least"
+        );
+        let table = format!("kafka.{}", topic.replace(['-', '.'], "_"));
+        let props = common::iceberg::sql_catalog(&db, &warehouse, s3_props);
+        let read = common::iceberg::pyiceberg_read(&props, &table);
+        assert_eq!(common::iceberg::check_table(&read, &topic), 300);
+        assert_eq!(read["files"].as_u64(), Some(summary[0].objects));
+        if !s3 {
+            // A second reader: iceberg-core through Java's JDBC catalog on the same SQLite file
+            // (its S3 file IO is not among the test's jars).
+            let java = common::iceberg::java_check(&db, &warehouse, &table);
+            assert_eq!(java["records"], 300);
+            assert_eq!(java["files"].as_u64(), Some(summary[0].objects));
+            assert_eq!(
+                java["spec"],
+                serde_json::json!(["timestamp_day=day(timestamp)"])
+            );
+            assert_eq!(
+                java["fields"][3],
+                serde_json::json!([4, "timestamp", "timestamptz"])
+            );
+            assert_eq!(java["fields"][7][0], 8);
+            let snaps = java["snapshots"].as_array().unwrap();
+            assert_eq!(snaps.len(), read["snapshots"].as_array().unwrap().len());
+            let last = snaps.last().unwrap();
+            assert_eq!(last["id"], java["current"]);
+            assert_eq!(last["operation"], "append");
+            assert_eq!(last["summary"]["strata.offsets"], read["current"]);
+        }
+
+        // Another run reads from the table's offsets: only what came since.
+        produce(&sample_records(&topic, 30, 3, base_ts() + 400_000)).await;
+        let summary = dump_once(&toml).await;
+        assert_eq!(
+            summary[0].records, 30,
+            "s3: {s3}: resumed at the table's offsets"
+        );
+        let read = common::iceberg::pyiceberg_read(&props, &table);
+        assert_eq!(common::iceberg::check_table(&read, &topic), 330);
+        let again = dump_once(&toml).await;
+        assert_eq!(again[0].records, 0, "nothing new");
+        let after = common::iceberg::pyiceberg_read(&props, &table);
+        assert_eq!(
+            after["snapshots"], read["snapshots"],
+            "nothing new, nothing committed"
+        );
+    }
+}
+
+/// A REST catalog (Apache Iceberg's own REST server, from Maven Central's jars, over a SQLite
+/// file): strata creates the table and commits through it, resumes at its offsets, and
+/// PyIceberg reads the table through the same server.
+#[tokio::test(flavor = "multi_thread")]
+async fn iceberg_tables_through_a_rest_catalog() {
+    let topic = unique("ice-rest");
+    create_topic(&topic, 2).await;
+    produce(&sample_records(&topic, 200, 2, base_ts())).await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    std::fs::create_dir_all(&root).unwrap();
+    let server = common::iceberg::RestCatalog::start(
+        &dir.path().join("rest.db"),
+        &format!("file://{}/lake", root.display()),
+    );
+    let toml = format!(
+        "{}{}",
+        file_toml(&root),
+        task_toml(
+            &unique("ice-rest-task"),
+            &topic,
+            &format!("format = \"iceberg\"\ndirectory = \"lake\"\n[tasks.iceberg]\ncatalog = \"rest\"\nuri = \"{}\"\n", server.uri)
+        )
+    );
+    let summary = dump_once(&toml).await;
+    assert_eq!(summary[0].records, 200);
+    let table = format!("kafka.{}", topic.replace('-', "_"));
+    let props = serde_json::json!({"type": "rest", "uri": server.uri});
+    let read = common::iceberg::pyiceberg_read(&props, &table);
+    assert_eq!(common::iceberg::check_table(&read, &topic), 200);
+    produce(&sample_records(&topic, 20, 2, base_ts() + 400_000)).await;
+    assert_eq!(
+        dump_once(&toml).await[0].records,
+        20,
+        "resumed at the table's offsets"
+    );
+    let read = common::iceberg::pyiceberg_read(&props, &table);
+    assert_eq!(common::iceberg::check_table(&read, &topic), 220);
 }

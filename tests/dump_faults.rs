@@ -662,6 +662,164 @@ async fn zombie_member_cannot_replace_what_the_new_owner_stored_on_file() {
     zombie_scenario(Archive::fs()).await;
 }
 
+/// An Iceberg task's member stopped (SIGSTOP) past its session timeout with records read and
+/// not committed, while the partition's new owner commits them; resumed, the zombie commits
+/// nothing: the table's offsets are the new owner's, so its commit is refused (or its revoke
+/// comes first and drops its files). The table holds every record exactly once.
+#[tokio::test(flavor = "multi_thread")]
+async fn iceberg_zombie_member_cannot_commit_over_the_new_owner() {
+    let topic = unique("ice-zombie");
+    create_topic(&topic, 1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    std::fs::create_dir_all(&root).unwrap();
+    let db = dir.path().join("catalog.db");
+    let task = unique("ice-zombie-task");
+    let body = |interval: u64| {
+        format!(
+            "[[tasks]]\nname = \"{task}\"\ntopics = [\"{topic}\"]\ndump_interval_secs = {interval}\nformat = \"iceberg\"\ndirectory = \"lake\"\n[tasks.iceberg]\ncatalog_file = \"{}\"\n",
+            db.display()
+        )
+    };
+    // The zombie cuts rarely and hears of its lost membership late (rare heartbeats).
+    let zombie_cfg = dir.path().join("zombie.toml");
+    std::fs::write(
+        &zombie_cfg,
+        format!(
+            "{}[kafka.properties]\n\"session.timeout.ms\" = 6000\n\"heartbeat.interval.ms\" = 3000\n{}",
+            file_toml(&root),
+            body(30)
+        ),
+    )
+    .unwrap();
+    let owner_cfg = dir.path().join("owner.toml");
+    std::fs::write(
+        &owner_cfg,
+        format!("{}{FAST_GROUP}{}", file_toml(&root), body(2)),
+    )
+    .unwrap();
+    let (zlog, wlog) = (dir.path().join("zombie.log"), dir.path().join("owner.log"));
+    let started = Instant::now();
+    let mut zombie = spawn_dump_debug(&zombie_cfg, &zlog, &[]);
+    eventually(60, "the zombie-to-be holds the partition", || async {
+        count_in(&zlog, "partition starts") > 0
+    })
+    .await;
+    let ts = chrono::Utc::now().timestamp_millis();
+    produce(&sample_records(&topic, 100, 1, ts)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    signal(&zombie, "STOP");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "stopped before its first cut"
+    );
+    produce(&sample_records(&topic, 100, 1, ts + 1)).await;
+    let mut owner = spawn_dump(&owner_cfg, &wlog);
+    eventually(90, "the new owner committed", || async {
+        count_in(&wlog, "committed to the table") >= 1
+    })
+    .await;
+    // Resumed past its cut time: its first tick cuts, unless the revoke came first.
+    tokio::time::sleep(Duration::from_secs(32).saturating_sub(started.elapsed())).await;
+    signal(&zombie, "CONT");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (refused, dropped) = loop {
+        let (r, d) = (
+            count_in(&zlog, "a commit was refused"),
+            count_in(&zlog, "uncommitted data files are removed"),
+        );
+        if r + d > 0 || Instant::now() > deadline {
+            break (r, d);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let zombie_text = std::fs::read_to_string(&zlog).unwrap();
+    assert!(
+        refused + dropped > 0,
+        "the zombie neither failed its commit nor dropped its files:\n{zombie_text}"
+    );
+    eprintln!("zombie: commit refused {refused}, files dropped on revoke {dropped}");
+    assert!(sigterm(&mut owner).success(), "graceful stop of the owner");
+    let _ = sigterm(&mut zombie);
+    assert!(
+        !zombie_text.contains("committed to the table"),
+        "the zombie committed:\n{zombie_text}"
+    );
+    run_once(&owner_cfg);
+    let table = format!("kafka.{}", topic.replace('-', "_"));
+    let props = common::iceberg::sql_catalog(
+        &db,
+        &format!("file://{}/lake", root.display()),
+        serde_json::json!({}),
+    );
+    let read = common::iceberg::pyiceberg_read(&props, &table);
+    assert_eq!(common::iceberg::check_table(&read, &topic), 200);
+    // What the zombie wrote and never committed is gone.
+    let files = walk_files(&root.join("lake"))
+        .into_iter()
+        .filter(|f| f.ends_with(".parquet"))
+        .count();
+    assert_eq!(
+        files as u64,
+        read["files"].as_u64().unwrap(),
+        "no orphan data files"
+    );
+}
+
+/// An Iceberg task killed with SIGKILL at three random moments while records keep coming, then
+/// a final `--once`: every offset is in the table exactly once, no two commits overlap, and
+/// the data files no snapshot names (uploads the kills cut off from their commit) are only
+/// orphans for the engine's clean-up, never rows.
+#[tokio::test(flavor = "multi_thread")]
+async fn iceberg_kill_9_at_random_moments_keeps_every_offset_exactly_once() {
+    let topic = unique("ice-crash");
+    create_topic(&topic, 3).await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    std::fs::create_dir_all(&root).unwrap();
+    let db = dir.path().join("catalog.db");
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "{}{FAST_GROUP}\"group.instance.id\" = \"{}\"\n[[tasks]]\nname = \"{}\"\ntopics = [\"{topic}\"]\ndump_interval_secs = 1\nformat = \"iceberg\"\nmax_file_size = \"1MiB\"\ndirectory = \"lake\"\n[tasks.iceberg]\ncatalog_file = \"{}\"\n",
+            file_toml(&root),
+            unique("ice-crash-member"),
+            unique("ice-crash-task"),
+            db.display()
+        ),
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = start_producer(&topic, 3, stop.clone());
+    let log = dir.path().join("dump.log");
+    kill_rounds(&cfg, &log, 3, 1500..4000).await;
+    stop.store(true, Ordering::Relaxed);
+    let produced = producer.await.unwrap();
+    run_once(&cfg);
+    let commits = count_in(&log, "committed to the table");
+    assert!(
+        commits >= 2,
+        "the killed processes committed {commits} times; the test proves little"
+    );
+    let table = format!("kafka.{}", topic.replace('-', "_"));
+    let props = common::iceberg::sql_catalog(
+        &db,
+        &format!("file://{}/lake", root.display()),
+        serde_json::json!({}),
+    );
+    let read = common::iceberg::pyiceberg_read(&props, &table);
+    assert_eq!(common::iceberg::check_table(&read, &topic), produced);
+    let on_disk = walk_files(&root.join("lake"))
+        .into_iter()
+        .filter(|f| f.ends_with(".parquet"))
+        .count() as u64;
+    let referenced = read["files"].as_u64().unwrap();
+    assert!(on_disk >= referenced, "every file the table names exists");
+    eprintln!(
+        "{commits} commits before the last run; {referenced} data files in the table, {} orphans of killed uploads",
+        on_disk - referenced
+    );
+}
+
 /// The archive holds every offset below `high` of each partition, contiguously from 0.
 async fn archived_up_to(store: &dyn ObjectStore, topic: &str, high: &[i64]) -> Result<(), String> {
     let objects = read_archive(store, "", TextOptions::default()).await;

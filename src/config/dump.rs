@@ -1,7 +1,7 @@
 //! A dump task as validated: which topics go into which archive objects, in which format (the
 //! CDC options live with the CDC tables, `crate::cdc`).
 
-use super::{ByteSize, CdcOptions, StartOffset, StoreConfig, TaskName, TaskTopics};
+use super::{ByteSize, CdcOptions, Secret, StartOffset, StoreConfig, TaskName, TaskTopics};
 use crate::format::FormatSpec;
 use crate::layout::{DumpDir, TimeDirFormat};
 use chrono_tz::Tz;
@@ -80,4 +80,49 @@ pub struct DumpTask {
     /// `[tasks.cdc]`: values are change-data-capture messages, archived as one table per
     /// source table.
     pub cdc: Option<CdcOptions>,
+    /// `format = "iceberg"` (`[tasks.iceberg]`): the data files (Parquet, `format`'s codec) are
+    /// committed to one Iceberg table per topic, together with the offsets they cover.
+    pub iceberg: Option<IcebergOptions>,
+}
+
+/// Where an Iceberg task's tables live and which catalog commits them (docs/iceberg.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IcebergOptions {
+    pub catalog: IcebergCatalog,
+    /// The catalog's name. The SQL catalog stores it in every row: readers of the same SQLite
+    /// file must use the same name to see the tables.
+    pub catalog_name: String,
+    /// Where new tables go (`file:///...` or `s3://bucket/...`), inside the task's store;
+    /// `None`: the task's store and directory.
+    pub warehouse: Option<String>,
+    /// The namespace (database) of the task's tables.
+    pub namespace: String,
+}
+
+/// The catalog an Iceberg task commits through.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IcebergCatalog {
+    /// Embedded: the SQL catalog on a local SQLite file; no server. A commit is a
+    /// compare-and-swap of the table's metadata location in that file.
+    Sql { file: std::path::PathBuf },
+    /// An Iceberg REST catalog (Polaris, Nessie, Lakekeeper, Unity, ...).
+    Rest {
+        uri: String,
+        /// A bearer token sent with every request.
+        token: Option<Secret>,
+        /// OAuth2 client credentials (`client_id:client_secret`) exchanged for a token.
+        credential: Option<Secret>,
+    },
+    /// AWS Glue (cargo feature `iceberg-glue`; not tested by strata's suite).
+    Glue,
+}
+
+impl IcebergCatalog {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            IcebergCatalog::Sql { .. } => "sql",
+            IcebergCatalog::Rest { .. } => "rest",
+            IcebergCatalog::Glue => "glue",
+        }
+    }
 }

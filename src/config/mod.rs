@@ -22,7 +22,7 @@ mod validate;
 
 pub use crate::cdc::{CdcOptions, OnMalformed};
 pub use crate::size::ByteSize;
-pub use dump::{DumpTask, StateMode, StateSettings, TimeSource};
+pub use dump::{DumpTask, IcebergCatalog, IcebergOptions, StateMode, StateSettings, TimeSource};
 pub use kafka::{
     ClientKind, KafkaConfig, MskIam, OAuthClient, Sasl, SaslMechanism, SecurityProtocol, Tls,
 };

@@ -201,6 +201,21 @@ raw_table! {
         pub state_interval_secs: Option<u64>,
         pub groups_regex: Option<String>,
         pub cdc: Option<RawCdc>,
+        pub iceberg: Option<RawIceberg>,
+    }
+}
+
+raw_table! {
+    /// `[tasks.iceberg]`: a dump task with `format = "iceberg"` commits to Iceberg tables.
+    pub struct RawIceberg {
+        pub catalog: Option<String>,
+        pub catalog_name: Option<String>,
+        pub catalog_file: Option<String>,
+        pub uri: Option<String>,
+        pub token: Option<String>,
+        pub credential: Option<String>,
+        pub warehouse: Option<String>,
+        pub namespace: Option<String>,
     }
 }
 

@@ -203,6 +203,36 @@ pub fn render_report(origin: &str, c: &Config, region: Option<&S3Region>) -> Str
                 ""
             },
         );
+        if let Some(i) = &t.iceberg {
+            let catalog = match &i.catalog {
+                crate::config::IcebergCatalog::Sql { file } => {
+                    format!("embedded SQL catalog {}", file.display())
+                }
+                crate::config::IcebergCatalog::Rest {
+                    uri,
+                    token,
+                    credential,
+                } => format!(
+                    "REST catalog {uri}{}{}",
+                    token
+                        .as_ref()
+                        .map_or(String::new(), |s| format!(", token {}", secret(s))),
+                    credential
+                        .as_ref()
+                        .map_or(String::new(), |s| format!(", credential {}", secret(s)))
+                ),
+                crate::config::IcebergCatalog::Glue => "AWS Glue catalog".to_string(),
+            };
+            let _ = writeln!(
+                o,
+                "    Iceberg tables {}.<topic> ({catalog}, catalog name \"{}\"), warehouse {}; one commit per table every {} s; time directories do not apply",
+                i.namespace,
+                i.catalog_name,
+                i.warehouse.clone().unwrap_or_else(|| format!("{}/{}", t.store.url, t.directory.as_str())),
+                t.interval.as_secs(),
+            );
+            continue;
+        }
         let groups = t
             .state
             .groups

@@ -707,6 +707,7 @@ fn example_toml_lists_every_key_and_the_refused_properties() {
         ("telemetry", TELEMETRY_KEYS),
         ("tasks", &task_keys),
         ("tasks.cdc", CDC_KEYS),
+        ("tasks.iceberg", ICEBERG_KEYS),
         ("restore", RESTORE_KEYS),
         ("tier", TIER_KEYS),
     ];
@@ -1120,6 +1121,7 @@ fn every_declared_key_is_read_by_its_struct() {
         ("[restore.kafka]\n".into(), KAFKA_KEYS),
         ("[tier]\n".into(), TIER_KEYS),
         ("[[tasks]]\n[tasks.cdc]\n".into(), CDC_KEYS),
+        ("[[tasks]]\n[tasks.iceberg]\n".into(), ICEBERG_KEYS),
         (
             "[[tasks]]\ntype = \"replicate\"\n[tasks.peer]\n".into(),
             &peer_keys,
@@ -1368,4 +1370,83 @@ fn sasl_logins_of_each_kind_are_checked() {
         "{report}"
     );
     assert!(!report.contains("hunter2-kafka"), "{report}");
+
+fn iceberg_tasks_validate() {
+    let head = "[store]\nurl = \"s3://bkt/p\"\n[[tasks]]\nname = \"lake\"\ntopics = [\"t\"]\ndirectory = \"lake\"\n";
+    let c = load(&format!(
+        "{head}format = \"iceberg\"\ncompression = \"zstd\"\n[tasks.iceberg]\ncatalog_file = \"/var/lib/strata/c.db\"\n"
+    ))
+    .unwrap();
+    let t = &c.tasks[0];
+    assert_eq!(t.format.kind, FormatKind::Parquet, "data files are Parquet");
+    assert_eq!(t.format.compression, Compression::Zstd);
+    let i = t.iceberg.as_ref().unwrap();
+    assert_eq!(
+        i.catalog,
+        IcebergCatalog::Sql {
+            file: "/var/lib/strata/c.db".into()
+        }
+    );
+    assert_eq!(
+        (i.catalog_name.as_str(), i.namespace.as_str()),
+        ("strata", "kafka")
+    );
+    assert_eq!(i.warehouse, None);
+    let report = render_report("test.toml", &c, None);
+    assert!(
+        report.contains("Iceberg tables kafka.<topic> (embedded SQL catalog /var/lib/strata/c.db"),
+        "{report}"
+    );
+    assert!(report.contains("warehouse s3://bkt/p/lake"), "{report}");
+
+    // A REST catalog's token is a secret: never shown.
+    let c = load(&format!(
+        "{head}format = \"iceberg\"\n[tasks.iceberg]\ncatalog = \"rest\"\nuri = \"https://cat.example\"\ntoken = \"${{S3_SECRET_KEY}}\"\nwarehouse = \"s3://bkt/p/w\"\n"
+    ))
+    .unwrap();
+    let report = render_report("test.toml", &c, None);
+    assert!(!report.contains("TOPSECRETs3key") && !format!("{c:?}").contains("TOPSECRETs3key"));
+    assert!(
+        report.contains("token <set, from ${S3_SECRET_KEY}>"),
+        "{report}"
+    );
+
+    let keys = |text: &str| -> Vec<String> {
+        issues(&format!("{head}{text}"))
+            .into_iter()
+            .map(|i| format!("{}: {}", i.key, i.message))
+            .collect()
+    };
+    let k = keys("format = \"iceberg\"\n");
+    assert!(
+        k[0].starts_with("tasks[0].iceberg.catalog_file: is required"),
+        "{k:?}"
+    );
+    let k = keys("format = \"iceberg\"\n[tasks.iceberg]\ncatalog_file = \"rel.db\"\n");
+    assert!(k[0].contains("not an absolute path"), "{k:?}");
+    let k = keys("format = \"parquet\"\n[tasks.iceberg]\ncatalog_file = \"/c.db\"\n");
+    assert!(
+        k[0].contains("applies to format = \"iceberg\" tasks"),
+        "{k:?}"
+    );
+    let k = keys("format = \"iceberg\"\ntime_directory = \"yyyy\"\n[tasks.iceberg]\ncatalog = \"rest\"\nuri = \"ftp://x\"\ncatalog_file = \"/c.db\"\nwarehouse = \"s3://other/w\"\nnamespace = \"a.b\"\n");
+    let all = k.join("\n");
+    for want in [
+        "tasks[0].time_directory: does not apply",
+        "tasks[0].iceberg.catalog_file: applies to catalog = \"sql\" only",
+        "tasks[0].iceberg.uri: must start with http:// or https://",
+        "tasks[0].iceberg.warehouse: must lie inside the task's store (s3://bkt/p)",
+        "tasks[0].iceberg.namespace: \"a.b\" must be",
+    ] {
+        assert!(all.contains(want), "{want:?} in\n{all}");
+    }
+    let k = keys("format = \"iceberg\"\n[tasks.iceberg]\ncatalog_file = \"/c.db\"\n[tasks.cdc]\n");
+    assert!(
+        k.iter()
+            .any(|m| m.contains("CDC tasks cannot write Iceberg tables yet")),
+        "{k:?}"
+    );
+    let k =
+        keys("format = \"iceberg\"\n[tasks.iceberg]\ncatalog_file = \"/c.db\"\ncatalog_fil = 1\n");
+    assert!(k[0].contains("did you mean \"catalog_file\""), "{k:?}");
 }

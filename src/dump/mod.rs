@@ -182,6 +182,11 @@ pub enum DumpError {
     Worker { task: String, detail: String },
     #[error(transparent)]
     Params(#[from] params::ParamsError),
+    #[error("task {task}: {source}")]
+    Iceberg {
+        task: String,
+        source: crate::iceberg::IcebergError,
+    },
     #[error("task {task}: topic {topic}: {source}")]
     Malformed {
         task: String,

@@ -179,7 +179,9 @@ struct PartitionWriter {
     rooms: crate::cdc::Rooms,
 }
 
-/// What an open object is being written as.
+/// What an open object is being written as. One per open object, and most are records: the
+/// encoder stays inline (its size depends on the gzip backend the dependencies select).
+#[allow(clippy::large_enum_variant)]
 enum Body {
     Records(Encoder<PartSink>),
     /// A CDC bundle, encoded when it closes; its files go to the upload at once.

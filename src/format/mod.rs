@@ -506,6 +506,25 @@ impl<W: Output> Encoder<W> {
         Ok(Self { kind, records: 0 })
     }
 
+    /// A Parquet encoder of the record columns under another schema of the same columns: an
+    /// Iceberg table's, whose fields carry field ids and whose timestamps are in microseconds.
+    pub fn parquet_with_schema(
+        topic: &str,
+        compression: Compression,
+        out: W,
+        schema: arrow_schema::SchemaRef,
+    ) -> Result<Self, EncodeError> {
+        Ok(Self {
+            kind: EncoderKind::Parquet(Box::new(parquet::ParquetEncoder::with_schema(
+                topic,
+                compression,
+                out,
+                schema,
+            )?)),
+            records: 0,
+        })
+    }
+
     pub fn append(&mut self, r: &RecordView<'_>) -> Result<(), EncodeError> {
         self.records += 1;
         match &mut self.kind {

@@ -15,7 +15,7 @@ use arrow_array::cast::AsArray;
 use arrow_array::types::{Int32Type, Int64Type, TimestampMillisecondType};
 use arrow_array::{
     Array, ArrayRef, Int32Array, Int64Array, ListArray, RecordBatch, StringArray, StructArray,
-    TimestampMillisecondArray,
+    TimestampMicrosecondArray, TimestampMillisecondArray,
 };
 use arrow_buffer::OffsetBuffer;
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
@@ -139,10 +139,73 @@ pub(super) struct ParquetEncoder<W: Output> {
     /// Bytes the binary builders hold capacity for (see [`renew`]); pending rows live in it.
     reserved: usize,
     writer: ArrowWriter<Counting<W>>,
+    /// [`schema`], or the same columns with other field metadata and microsecond timestamps
+    /// (an Iceberg table's data files: [`ParquetEncoder::with_schema`]).
+    schema: SchemaRef,
+    /// The list item of `headers` in `schema`.
+    header_item: Arc<Field>,
+    /// The timestamp column is in microseconds (its time zone kept).
+    micros: Option<Arc<str>>,
+}
+
+/// Why a schema handed to [`ParquetEncoder::with_schema`] does not fit the record columns.
+fn unfit(detail: &str) -> EncodeError {
+    EncodeError::Arrow(arrow_schema::ArrowError::SchemaError(format!(
+        "a table schema must have the record columns of strata's Parquet format: {detail}"
+    )))
 }
 
 impl<W: Output> ParquetEncoder<W> {
     pub(super) fn new(topic: &str, c: Compression, out: W) -> Result<Self, EncodeError> {
+        Self::with_schema(topic, c, out, schema())
+    }
+
+    /// An encoder of the record columns under `table`: [`schema`]'s names and types, except
+    /// that the timestamp may be in microseconds, and with any field metadata (Iceberg's field
+    /// ids) on the fields, the header list's item and its fields.
+    pub(super) fn with_schema(
+        topic: &str,
+        c: Compression,
+        out: W,
+        table: SchemaRef,
+    ) -> Result<Self, EncodeError> {
+        let plain = schema();
+        if table.fields().len() != plain.fields().len() {
+            return Err(unfit("eight columns"));
+        }
+        let mut micros = None;
+        for (t, p) in table.fields().iter().zip(plain.fields().iter()) {
+            if t.name() != p.name() || t.is_nullable() != p.is_nullable() {
+                return Err(unfit(&format!("column {:?}", p.name())));
+            }
+            match (t.data_type(), p.data_type()) {
+                (DataType::Timestamp(TimeUnit::Microsecond, tz), DataType::Timestamp(..)) => {
+                    micros = Some(tz.clone().unwrap_or_else(|| "UTC".into()));
+                }
+                (DataType::List(a), DataType::List(b)) => {
+                    let same = match (a.data_type(), b.data_type()) {
+                        (DataType::Struct(x), DataType::Struct(y)) => {
+                            x.len() == y.len()
+                                && x.iter().zip(y.iter()).all(|(x, y)| {
+                                    x.name() == y.name()
+                                        && x.data_type() == y.data_type()
+                                        && x.is_nullable() == y.is_nullable()
+                                })
+                        }
+                        _ => false,
+                    };
+                    if !same {
+                        return Err(unfit("headers as list<struct<key, value>>"));
+                    }
+                }
+                (a, b) if a == b => {}
+                _ => return Err(unfit(&format!("column {:?}'s type", p.name()))),
+            }
+        }
+        let header_item = match table.field(7).data_type() {
+            DataType::List(item) => item.clone(),
+            _ => return Err(unfit("headers as a list")),
+        };
         Ok(Self {
             topic: topic.to_string(),
             partitions: Vec::new(),
@@ -157,7 +220,10 @@ impl<W: Output> ParquetEncoder<W> {
             pending_bytes: 0,
             in_progress: 0,
             reserved: 0,
-            writer: ArrowWriter::try_new(Counting::new(out), schema(), Some(properties(c)?))?,
+            writer: ArrowWriter::try_new(Counting::new(out), table.clone(), Some(properties(c)?))?,
+            schema: table,
+            header_item,
+            micros,
         })
     }
 
@@ -194,8 +260,12 @@ impl<W: Output> ParquetEncoder<W> {
         }
         let header_offsets = std::mem::replace(&mut self.header_offsets, vec![0]);
         self.reserved = 0;
+        let header_fields = match self.header_item.data_type() {
+            DataType::Struct(f) => f.clone(),
+            _ => header_fields(),
+        };
         let headers_struct = StructArray::try_new(
-            header_fields(),
+            header_fields,
             vec![
                 Arc::new(self.header_keys.finish()) as ArrayRef,
                 Arc::new(renew(&mut self.header_values, &mut self.reserved)),
@@ -203,7 +273,7 @@ impl<W: Output> ParquetEncoder<W> {
             None,
         )?;
         let headers = ListArray::try_new(
-            header_item(),
+            self.header_item.clone(),
             OffsetBuffer::new(header_offsets.into()),
             Arc::new(headers_struct),
             None,
@@ -213,20 +283,29 @@ impl<W: Output> ParquetEncoder<W> {
             .drain(..)
             .map(|t| Some(t.as_str()))
             .collect();
+        let timestamps = std::mem::take(&mut self.timestamps);
+        let timestamps: ArrayRef = match &self.micros {
+            None => Arc::new(TimestampMillisecondArray::from(timestamps).with_timezone("UTC")),
+            Some(tz) => Arc::new(
+                TimestampMicrosecondArray::from_iter(
+                    timestamps
+                        .into_iter()
+                        .map(|t| t.map(|ms| ms.saturating_mul(1000))),
+                )
+                .with_timezone(tz.clone()),
+            ),
+        };
         let columns: Vec<ArrayRef> = vec![
             Arc::new(topics.finish()),
             Arc::new(Int32Array::from(std::mem::take(&mut self.partitions))),
             Arc::new(Int64Array::from(std::mem::take(&mut self.offsets))),
-            Arc::new(
-                TimestampMillisecondArray::from(std::mem::take(&mut self.timestamps))
-                    .with_timezone("UTC"),
-            ),
+            timestamps,
             Arc::new(ts_types),
             Arc::new(renew(&mut self.keys, &mut self.reserved)),
             Arc::new(renew(&mut self.values, &mut self.reserved)),
             Arc::new(headers),
         ];
-        let batch = RecordBatch::try_new(schema(), columns)?;
+        let batch = RecordBatch::try_new(self.schema.clone(), columns)?;
         self.writer.write(&batch)?;
         self.in_progress = self.writer.in_progress_size();
         self.pending_bytes = 0;

@@ -214,7 +214,7 @@ fn thin(q: &mut VecDeque<(i64, i64)>, from: usize, to: usize, keep: &[i64]) {
     q.retain(|(u, _)| {
         let at = i;
         i += 1;
-        at < from || at >= from + older || (at - from) % 2 == 0 || keep.contains(u)
+        at < from || at >= from + older || (at - from).is_multiple_of(2) || keep.contains(u)
     });
 }
 

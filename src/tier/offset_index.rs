@@ -35,7 +35,7 @@ pub fn key_by_batch_start(
     base_offset: i64,
     mut read_at: impl FnMut(u64, &mut [u8]) -> io::Result<usize>,
 ) -> Result<Vec<u8>, String> {
-    if index.len() % ENTRY != 0 {
+    if !index.len().is_multiple_of(ENTRY) {
         return Err(format!(
             "its size ({} bytes) is not a multiple of {ENTRY}",
             index.len()

@@ -5,6 +5,7 @@
 
 pub mod cdc;
 pub mod clusters;
+pub mod iceberg;
 pub mod oidc;
 pub mod store_suite;
 

@@ -21,7 +21,8 @@ pub(super) fn task(
     let time_directory = time_directory(cx, &key("time_directory"), &raw.time_directory);
     let time_zone = time_zone(cx, &key("time_zone"), &raw.time_zone);
     let time_source = time_source(cx, k, &raw.time_source);
-    let (kind, format) = format(cx, k, raw);
+    let iceberg_format = raw.format.as_deref() == Some("iceberg");
+    let (kind, format) = format(cx, k, raw, iceberg_format);
     let max_file_size = max_file_size(cx, k, &raw.max_file_size);
     let topic_refresh = tasks::topic_refresh(cx, k, raw.topic_refresh_secs);
     if raw.topic_refresh_secs.is_some() && raw.topic_regex.is_none() {
@@ -32,6 +33,7 @@ pub(super) fn task(
     if cdc.is_some() {
         cdc_fits(cx, k, kind, time_source);
     }
+    let iceberg = iceberg_options(cx, k, raw, iceberg_format, &store);
     if cx.issues.len() > before {
         return None;
     }
@@ -51,6 +53,7 @@ pub(super) fn task(
         allow_retention_gaps: raw.allow_retention_gaps.unwrap_or(false),
         state: state?,
         cdc,
+        iceberg,
     })
 }
 
@@ -147,14 +150,24 @@ fn time_source(cx: &mut Ctx<'_>, k: &str, raw: &Option<String>) -> TimeSource {
 
 /// `format`, `compression` and the text format's options; the kind even when the whole is not
 /// valid, for the checks that depend on it.
-fn format(cx: &mut Ctx<'_>, k: &str, raw: &RawDumpTask) -> (FormatKind, Option<FormatSpec>) {
-    let kind = cx.choice(
-        &format!("{k}.format"),
-        &raw.format,
-        FormatKind::Text,
-        |s| s.parse().ok(),
-        FormatKind::NAMES,
-    );
+/// `format = "iceberg"` writes Parquet data files.
+fn format(
+    cx: &mut Ctx<'_>,
+    k: &str,
+    raw: &RawDumpTask,
+    iceberg: bool,
+) -> (FormatKind, Option<FormatSpec>) {
+    let kind = if iceberg {
+        FormatKind::Parquet
+    } else {
+        cx.choice(
+            &format!("{k}.format"),
+            &raw.format,
+            FormatKind::Text,
+            |s| s.parse().ok(),
+            "\"text\", \"jsonl\", \"parquet\" or \"iceberg\"",
+        )
+    };
     let compression = cx.choice(
         &format!("{k}.compression"),
         &raw.compression,
@@ -259,6 +272,151 @@ fn cdc_fits(cx: &mut Ctx<'_>, k: &str, kind: FormatKind, time_source: TimeSource
             "a CDC task places changes by their record's time (exactly once); remove time_source = \"dump\"",
         );
     }
+}
+
+/// `[tasks.iceberg]` of a `format = "iceberg"` task; the keys that place objects by time do not
+/// apply (an Iceberg table is partitioned by the day of the record time, in UTC).
+fn iceberg_options(
+    cx: &mut Ctx<'_>,
+    k: &str,
+    raw: &RawDumpTask,
+    iceberg_format: bool,
+    store: &StoreConfig,
+) -> Option<IcebergOptions> {
+    let key = format!("{k}.iceberg");
+    if !iceberg_format {
+        if raw.iceberg.is_some() {
+            cx.push(
+                key,
+                "applies to format = \"iceberg\" tasks; set format = \"iceberg\" or remove [tasks.iceberg]",
+            );
+        }
+        return None;
+    }
+    let default = RawIceberg::default();
+    let r = raw.iceberg.as_ref().unwrap_or(&default);
+    cx.unknown(&key, &r.unknown, ICEBERG_KEYS);
+    if raw.cdc.is_some() {
+        cx.push(format!("{k}.cdc"), "CDC tasks cannot write Iceberg tables yet (docs/iceberg.md); use format = \"parquet\" for CDC tables");
+    }
+    for (set, name) in [
+        (raw.time_directory.is_some(), "time_directory"),
+        (raw.time_zone.is_some(), "time_zone"),
+        (raw.time_source.is_some(), "time_source"),
+    ] {
+        if set {
+            cx.push(format!("{k}.{name}"), "does not apply to format = \"iceberg\": a table is partitioned by the day (UTC) of each record's time; remove it");
+        }
+    }
+    let ikey = |f: &str| format!("{key}.{f}");
+    let kind = cx
+        .text(&ikey("catalog"), &r.catalog)
+        .unwrap_or_else(|| "sql".into());
+    let only = |cx: &mut Ctx<'_>, set: bool, f: &str, applies: &str| {
+        if set {
+            cx.push(
+                ikey(f),
+                format!("applies to catalog = \"{applies}\" only; remove it"),
+            );
+        }
+    };
+    let catalog = match kind.as_str() {
+        "sql" => {
+            only(cx, r.uri.is_some(), "uri", "rest");
+            only(cx, r.token.is_some(), "token", "rest");
+            only(cx, r.credential.is_some(), "credential", "rest");
+            match cx.text(&ikey("catalog_file"), &r.catalog_file) {
+                Some(f) if std::path::Path::new(&f).is_absolute() => {
+                    Some(IcebergCatalog::Sql { file: f.into() })
+                }
+                Some(f) => {
+                    cx.push(ikey("catalog_file"), format!("{f:?} is not an absolute path; name the SQLite file of the embedded catalog by its full path"));
+                    None
+                }
+                None => {
+                    cx.push(ikey("catalog_file"), "is required with catalog = \"sql\": the local SQLite file that holds the catalog, e.g. \"/var/lib/strata/catalog.db\" (created when missing; keep it with the data, it is the tables' truth)");
+                    None
+                }
+            }
+        }
+        "rest" => {
+            only(cx, r.catalog_file.is_some(), "catalog_file", "sql");
+            let uri = cx.text(&ikey("uri"), &r.uri);
+            let token = cx.secret(&ikey("token"), &r.token);
+            let credential = cx.secret(&ikey("credential"), &r.credential);
+            match uri {
+                Some(u) if u.starts_with("http://") || u.starts_with("https://") => {
+                    Some(IcebergCatalog::Rest {
+                        uri: u,
+                        token,
+                        credential,
+                    })
+                }
+                Some(_) => {
+                    cx.push(ikey("uri"), "must start with http:// or https://");
+                    None
+                }
+                None => {
+                    cx.push(ikey("uri"), "is required with catalog = \"rest\": the catalog's base URL, e.g. \"https://catalog.example.com/api/catalog\"");
+                    None
+                }
+            }
+        }
+        "glue" => {
+            only(cx, r.catalog_file.is_some(), "catalog_file", "sql");
+            only(cx, r.uri.is_some(), "uri", "rest");
+            if !cfg!(feature = "iceberg-glue") {
+                cx.push(ikey("catalog"), "\"glue\" needs a strata built with the cargo feature iceberg-glue (cargo build --features iceberg-glue)");
+            }
+            Some(IcebergCatalog::Glue)
+        }
+        other => {
+            cx.push(
+                ikey("catalog"),
+                format!(
+                    "{other:?} is not one of \"sql\" (embedded, the default), \"rest\" or \"glue\""
+                ),
+            );
+            None
+        }
+    };
+    let ident = |cx: &mut Ctx<'_>, f: &str, v: &Option<String>, default: &str| {
+        let s = cx.text(&ikey(f), v).unwrap_or_else(|| default.to_string());
+        let ok = !s.is_empty()
+            && s.len() <= 128
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !ok {
+            cx.push(
+                ikey(f),
+                format!("{s:?} must be 1-128 letters, digits, '_' or '-'"),
+            );
+        }
+        s
+    };
+    let catalog_name = ident(cx, "catalog_name", &r.catalog_name, "strata");
+    let namespace = ident(cx, "namespace", &r.namespace, "kafka");
+    let warehouse = cx.text(&ikey("warehouse"), &r.warehouse);
+    if let Some(w) = &warehouse {
+        let root = store.url.to_string();
+        if !(w.starts_with("file:///") || w.starts_with("s3://")) {
+            cx.push(
+                ikey("warehouse"),
+                "must be a file:/// or s3:// URL inside the task's store",
+            );
+        } else if !w.starts_with(root.as_str()) {
+            cx.push(ikey("warehouse"), format!("must lie inside the task's store ({root}): strata writes the tables through it, with its settings"));
+        }
+    }
+    if !cfg!(feature = "iceberg") {
+        cx.push(key, "format = \"iceberg\" needs a strata built with the cargo feature iceberg (on by default)");
+    }
+    Some(IcebergOptions {
+        catalog: catalog?,
+        catalog_name,
+        warehouse,
+        namespace,
+    })
 }
 
 /// Two tasks writing the same topic into the same place would overwrite each other's objects.

@@ -153,6 +153,7 @@ pub(super) const STORE_KEYS: &[&str] = RawStore::KEYS;
 pub(super) const LIMITS_KEYS: &[&str] = RawLimits::KEYS;
 pub(super) const TELEMETRY_KEYS: &[&str] = RawTelemetry::KEYS;
 pub(super) const CDC_KEYS: &[&str] = RawCdc::KEYS;
+pub(super) const ICEBERG_KEYS: &[&str] = RawIceberg::KEYS;
 pub(super) const RESTORE_KEYS: &[&str] = RawRestore::KEYS;
 pub(super) const TIER_KEYS: &[&str] = RawTier::KEYS;
 

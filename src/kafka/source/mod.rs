@@ -290,7 +290,7 @@ impl Source {
             // first record is routed, and a revoked one gone before another is.
             self.st.apply_changes(&self.consumer, sink)?;
             polls = polls.wrapping_add(1);
-            let check_clock = polled.is_none() || polls % 64 == 0;
+            let check_clock = polled.is_none() || polls.is_multiple_of(64);
             let failed = match polled {
                 None => None,
                 Some(Ok(m)) => {
