@@ -1066,6 +1066,7 @@ async fn a_snapshot_without_rights_names_the_acls_and_still_archives() {
     let (code, text) = run("required");
     assert_eq!(code, Some(1), "{text}");
     assert!(text.contains(&describe_configs), "{text}");
+}
 
 /// `format = "iceberg"` with the embedded SQL catalog, to `file://` and to LocalStack S3:
 /// PyIceberg reads every record once and as produced; the snapshot summaries hold the offsets;

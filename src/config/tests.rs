@@ -1370,7 +1370,9 @@ fn sasl_logins_of_each_kind_are_checked() {
         "{report}"
     );
     assert!(!report.contains("hunter2-kafka"), "{report}");
+}
 
+#[test]
 fn iceberg_tasks_validate() {
     let head = "[store]\nurl = \"s3://bkt/p\"\n[[tasks]]\nname = \"lake\"\ntopics = [\"t\"]\ndirectory = \"lake\"\n";
     let c = load(&format!(

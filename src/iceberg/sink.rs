@@ -8,7 +8,7 @@ use super::catalog::{self, Tables};
 use super::offsets::{self, Offsets};
 use super::pipeline::{self, Committer, Done, Report, Schemas, ToWriter};
 use super::IcebergError;
-use crate::config::{DumpTask, KafkaConfig, StartOffset, TopicSelector};
+use crate::config::{DumpTask, KafkaConfig, StartOffset};
 use crate::dump::{Coverage, DumpError, DumpOptions, PartitionReport, Summary};
 use crate::kafka::source::{self, Admit, Batch, LagOf, Settings, Sink, Source};
 use crate::kafka::{refusal, KafkaError, Tp};
@@ -375,9 +375,9 @@ impl IcebergSink {
             }
             Err(e) => return Err(self.kafka_failure(src, e)),
         };
-        let mut wanted: Vec<String> = match &self.task.topics {
-            TopicSelector::List(l) => l.clone(),
-            TopicSelector::Regex(_) => md
+        let mut wanted: Vec<String> = match self.task.topics.listed() {
+            Some(l) => l,
+            None => md
                 .topics()
                 .iter()
                 .map(|t| t.name().to_string())
