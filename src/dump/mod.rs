@@ -17,6 +17,7 @@ mod requests;
 pub mod roll;
 mod sequencer;
 mod sink;
+pub(crate) use sink::consumer_error;
 pub mod snapshot;
 pub(crate) mod start;
 mod task;

@@ -653,25 +653,37 @@ impl Sink for DumpSink {
         src: &Source,
         e: rdkafka::error::KafkaError,
     ) -> Result<(), DumpError> {
-        if e.rdkafka_error_code()
-            .is_some_and(refusal::is_authorization)
-        {
-            return Err(DumpError::Kafka(KafkaError::not_authorized(
-                &self.kafka,
-                format!(
-                    "{e} (reading topics {} in consumer group {:?})",
-                    src.subscribed().join(", "),
-                    self.task.name.as_str()
-                ),
-            )));
-        }
-        if matches!(e, rdkafka::error::KafkaError::Subscription(_)) {
-            return Err(DumpError::Kafka(KafkaError::Client {
-                servers: "the configured brokers".into(),
-                source: e,
-            }));
-        }
-        tracing::warn!(task = %self.task.name, error = %e, "consumer error; librdkafka retries");
-        Ok(())
+        consumer_error(&self.kafka, src, &self.task.name, e)
     }
+}
+
+/// What a dump consumer's error means, for the plain and the Iceberg sink alike: a refused read
+/// and a subscription that cannot hold stop the task with the reason; librdkafka retries the
+/// rest.
+pub(crate) fn consumer_error(
+    kafka: &KafkaConfig,
+    src: &Source,
+    task: &crate::config::TaskName,
+    e: rdkafka::error::KafkaError,
+) -> Result<(), DumpError> {
+    if e.rdkafka_error_code()
+        .is_some_and(refusal::is_authorization)
+    {
+        return Err(DumpError::Kafka(KafkaError::not_authorized(
+            kafka,
+            format!(
+                "{e} (reading topics {} in consumer group {:?})",
+                src.subscribed().join(", "),
+                task.as_str()
+            ),
+        )));
+    }
+    if matches!(e, rdkafka::error::KafkaError::Subscription(_)) {
+        return Err(DumpError::Kafka(KafkaError::Client {
+            servers: "the configured brokers".into(),
+            source: e,
+        }));
+    }
+    tracing::warn!(task = %task, error = %e, "consumer error; librdkafka retries");
+    Ok(())
 }

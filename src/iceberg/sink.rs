@@ -11,7 +11,7 @@ use super::IcebergError;
 use crate::config::{DumpTask, KafkaConfig, StartOffset};
 use crate::dump::{Coverage, DumpError, DumpOptions, PartitionReport, Summary};
 use crate::kafka::source::{self, Admit, Batch, LagOf, Settings, Sink, Source};
-use crate::kafka::{refusal, KafkaError, Tp};
+use crate::kafka::Tp;
 use crate::store::ObjectStore;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -549,19 +549,6 @@ impl Sink for IcebergSink {
         src: &Source,
         e: rdkafka::error::KafkaError,
     ) -> Result<(), DumpError> {
-        if e.rdkafka_error_code()
-            .is_some_and(refusal::is_authorization)
-        {
-            return Err(DumpError::Kafka(KafkaError::not_authorized(
-                &self.kafka,
-                format!(
-                    "{e} (reading topics {} in consumer group {:?})",
-                    src.subscribed().join(", "),
-                    self.task.name.as_str()
-                ),
-            )));
-        }
-        tracing::warn!(task = %self.task.name, error = %e, "consumer error; librdkafka retries");
-        Ok(())
+        crate::dump::consumer_error(&self.kafka, src, &self.task.name, e)
     }
 }

@@ -218,7 +218,7 @@ impl Signer {
                 provider
                     .provide_credentials()
                     .await
-                    .map_err(|e| MskIamError::Credentials(error_chain(&e)))
+                    .map_err(|e| MskIamError::Credentials(crate::store::error_chain(&e)))
             })??;
             sign(&self.region, &creds, now)
         })
@@ -416,20 +416,6 @@ fn set_token(rk: *mut rdkafka::bindings::rd_kafka_t, t: &MskToken) -> Result<(),
     // SAFETY: librdkafka wrote a NUL-terminated message into `err` (zeroed before).
     let msg = unsafe { CStr::from_ptr(err.as_ptr()) };
     Err(msg.to_string_lossy().into_owned())
-}
-
-/// An error and its sources' messages, joined (what each layer of the SDK says).
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut next = Some(e);
-    while let Some(err) = next {
-        let text = err.to_string();
-        if !text.is_empty() && !parts.last().is_some_and(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        next = err.source();
-    }
-    parts.join(": ")
 }
 
 #[cfg(test)]

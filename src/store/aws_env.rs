@@ -186,6 +186,21 @@ pub(crate) fn process_credential_sources() -> String {
     credential_sources(&process_env)
 }
 
+/// The messages of an error and its sources, joined: what each layer says, without the debug
+/// dump of the SDK's structures (`DisplayErrorContext` appends one).
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next = Some(e);
+    while let Some(err) = next {
+        let text = err.to_string();
+        if !text.is_empty() && !parts.last().is_some_and(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        next = err.source();
+    }
+    parts.join(": ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

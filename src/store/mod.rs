@@ -9,6 +9,7 @@ mod iam;
 mod s3;
 
 pub use crate::io::{write_in_pieces, WRITE_PIECE};
+pub(crate) use aws_env::error_chain;
 pub use aws_env::resolve_region;
 
 pub use fs::FsStore;

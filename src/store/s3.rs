@@ -9,8 +9,8 @@
 use super::chunks::Chunks;
 use super::iam::{self, Op};
 use super::{
-    check_key, ErrorKind, Finish, Finished, Incomplete, MultipartUpload, ObjectMeta, ObjectStore,
-    StoreError,
+    check_key, error_chain, ErrorKind, Finish, Finished, Incomplete, MultipartUpload, ObjectMeta,
+    ObjectStore, StoreError,
 };
 use crate::config::{
     AssumeRole, CannedAcl, Credentials, ObjectOptions, S3Region, S3Settings, Sse, StorageClass,
@@ -801,21 +801,6 @@ impl ObjectStore for S3Store {
     fn location(&self, key: &str) -> String {
         format!("s3://{}/{}{key}", self.bucket, self.prefix)
     }
-}
-
-/// The messages of an error and its sources, joined: what each layer says, without the debug
-/// dump of the SDK's structures (`DisplayErrorContext` appends one).
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    let mut next = Some(e);
-    while let Some(err) = next {
-        let text = err.to_string();
-        if !text.is_empty() && !parts.last().is_some_and(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        next = err.source();
-    }
-    parts.join(": ")
 }
 
 /// The credential chain's error, when that is why a request was not sent.

@@ -66,6 +66,9 @@ pub const METRICS: &[Metric] = &[
     m("strata_dump_cdc_messages_total", Counter, "CDC tasks: messages kept whole, not CDC (kind malformed) or not rebuildable from rows (kind verbatim)"),
     m("strata_dump_retention_gap_records_total", Counter, "Records deleted by retention before they were archived, by task and topic"),
     seconds(super::LAST_SUCCESS, Gauge, "Unix time of the task's last successful dump --once run"),
+    // dump to Iceberg tables
+    m("strata_iceberg_commits_total", Counter, "Catalog commits of Iceberg tables (data files with their Kafka offsets), by task"),
+    seconds("strata_iceberg_commit_seconds", Histogram, "Time of one Iceberg catalog commit, by task"),
     m("strata_consumer_lag", Gauge, "Records not yet archived (partition end minus committed offset), by task, topic and partition"),
     m("strata_memory_releases_total", Counter, "Times the process passed its memory budget and the allocator handed free pages back"),
     m("strata_http_rejected_total", Counter, "Connections a listener refused or closed, by listener and reason"),
