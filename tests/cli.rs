@@ -1010,3 +1010,36 @@ fn dev_services_listen_on_loopback_only() {
     assert!(!is_loopback(&"0.0.0.0".parse().unwrap()));
     assert!(is_loopback(&"::ffff:127.0.0.1".parse().unwrap()));
 }
+
+/// The README's first command runs `devenv/demo.sh` (after `./dev demo` installed its parts):
+/// it must keep working, whatever strata logs. Run here with the binary under test and the
+/// tools virtualenv's Python (it has DuckDB), on a few records.
+#[test]
+fn the_demo_script_runs_end_to_end() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let python = std::env::var("STRATA_TEST_PYTHON")
+        .unwrap_or_else(|_| panic!("STRATA_TEST_PYTHON is not set: use ./dev test"));
+    let out = Command::new("bash")
+        .arg(format!("{root}/devenv/demo.sh"))
+        .current_dir(root)
+        .env("STRATA_DEMO_BIN", strata_bin())
+        .env("STRATA_DEMO_PYTHON", python)
+        .env("STRATA_DEMO_RECORDS", "300")
+        .env("STRATA_TEST_BOOTSTRAP", bootstrap())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("this run: 6 objects (3 jsonl with 300 records, 3 text.gz with 300 records) for 300 produced"),
+        "{text}"
+    );
+    assert!(
+        text.contains("payments by method"),
+        "the DuckDB queries ran: {text}"
+    );
+}

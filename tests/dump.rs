@@ -956,6 +956,33 @@ async fn once_writes_a_metrics_file_whose_last_success_outlives_failures() {
         metrics.contains("strata_dump_records_written_total"),
         "{metrics}"
     );
+    // With JSON logs the summary is a JSON line too: every line of the output parses.
+    let out = std::process::Command::new(strata_bin())
+        .args([
+            "--log-format",
+            "json",
+            "dump",
+            "--once",
+            "--once-deadline",
+            "60",
+            "--config",
+        ])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{text}");
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["message"] == "run summary"
+            && l["summary"]
+                .as_str()
+                .is_some_and(|s| s.starts_with(&format!("task {task}: 0 records")))),
+        "{text}"
+    );
     // The next run fails (its topic is gone): the time of the last success stays.
     write(&unique("no-such-topic"));
     let out = run();

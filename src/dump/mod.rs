@@ -17,6 +17,7 @@ mod requests;
 pub mod roll;
 mod sequencer;
 mod sink;
+#[cfg(feature = "iceberg")]
 pub(crate) use sink::consumer_error;
 pub mod snapshot;
 pub(crate) mod start;
