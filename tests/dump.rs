@@ -1182,6 +1182,136 @@ async fn iceberg_tables_on_file_and_s3_are_read_back_by_pyiceberg() {
     }
 }
 
+/// A CDC task with `format = "iceberg"`: one Iceberg table per source table. Over two runs
+/// split where the source repeats messages of the first, with a column added mid-stream and
+/// deletes, the documented current-state query (DuckDB over PyIceberg's scan) gives exactly
+/// the source's final state; every change is in its table once, the added column is a schema
+/// change with a new field id, the messages that are not CDC are in the topic's table, whose
+/// snapshots hold how far the task got. A cut whose CDC tables were committed and whose topic's
+/// table was not (the topic's table rolled back) is read again without a change twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn cdc_topics_become_iceberg_tables_whose_current_state_is_the_sources() {
+    let topic = unique("ice-cdc");
+    create_topic(&topic, 3).await;
+    let data = cdc::generate(&topic, 3, 600, base_ts(), 11);
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    std::fs::create_dir_all(&root).unwrap();
+    let db = dir.path().join("catalog.db");
+    let toml = format!(
+        "{}{}",
+        file_toml(&root),
+        task_toml(
+            &unique("ice-cdc-task"),
+            &topic,
+            &format!("format = \"iceberg\"\ndirectory = \"lake\"\n[tasks.iceberg]\ncatalog_file = \"{}\"\n[tasks.cdc]\n[tasks.cdc.types.\"shop.orders\"]\nid = \"int\"\namount = \"decimal(10,2)\"\n", db.display())
+        )
+    );
+    // Three runs: the second starts with a restart's repeats of the first's messages, the
+    // third with the first change that has a coupon (a column the tables have not seen).
+    let coupon = data
+        .records
+        .iter()
+        .position(|r| {
+            String::from_utf8_lossy(r.value.as_deref().unwrap_or_default()).contains("coupon")
+        })
+        .unwrap();
+    let restart = data.restarts[0];
+    assert!(restart < coupon);
+    let mut summaries = Vec::new();
+    for part in [
+        &data.records[..restart],
+        &data.records[restart..coupon],
+        &data.records[coupon..],
+    ] {
+        produce(part).await;
+        summaries.push(dump_once(&toml).await.remove(0));
+    }
+    let sum = |f: fn(&strata::cdc::Counts) -> u64| summaries.iter().map(|s| f(&s.cdc)).sum::<u64>();
+    assert_eq!(sum(|c| c.messages), data.records.len() as u64);
+    assert_eq!(sum(|c| c.changes), data.changes as u64, "changes in tables");
+    assert_eq!(sum(|c| c.repeats), data.repeated as u64, "repeats left out");
+    assert_eq!(sum(|c| c.malformed), data.malformed as u64);
+    assert!(
+        summaries[1].cdc.repeats > 0,
+        "a repeat of the first run's changes in the second (the window was stored)"
+    );
+    assert_eq!(summaries[0].cdc.repeats, 0);
+
+    let props = common::iceberg::sql_catalog(
+        &db,
+        &format!("file://{}/lake", root.display()),
+        serde_json::json!({}),
+    );
+    // As if the last cut's commit to the topic's table never landed, its CDC tables' did.
+    let topic_name = format!("kafka.{}", topic.replace('-', "_"));
+    let (was, now) = common::iceberg::roll_back_last_commit(&props, &topic_name);
+    assert_ne!(was, now);
+    let again = dump_once(&toml).await.remove(0);
+    assert!(
+        again.cdc.messages > 0,
+        "read again from the topic's table's offsets"
+    );
+    assert_eq!(
+        again.cdc.changes, 0,
+        "every change read again is in its table"
+    );
+    let dirs: Vec<(&str, String)> = cdc::table_dirs()
+        .into_iter()
+        .map(|d| (d, format!("kafka.{}", d.replace('.', "_"))))
+        .collect();
+    let read = common::iceberg::cdc_tables(&props, &dirs);
+    let mut state = cdc::State::new();
+    let mut changes = 0;
+    for (d, _) in &dirs {
+        let t = &read[*d];
+        assert_eq!(t["twice"], 0, "{d}: a change twice");
+        changes += t["changes"].as_u64().unwrap() as usize;
+        state.insert(
+            d.to_string(),
+            serde_json::from_value(t["state"].clone()).unwrap(),
+        );
+        let offsets = &t["offsets"][format!("strata.offsets.{topic}")];
+        assert!(offsets.is_string(), "{d}: the last snapshot's offsets: {t}");
+    }
+    assert_eq!(changes, data.changes, "distinct changes in the tables");
+    assert_eq!(
+        state, data.state,
+        "the current state is the source's final state"
+    );
+    // The coupon column came mid-stream: a schema change, its columns' ids after all others'.
+    let orders = &read["shop.orders"];
+    assert!(orders["schemas"].as_u64().unwrap() >= 2, "{orders}");
+    let ids = orders["ids"].as_object().unwrap();
+    let (coupons, others): (Vec<_>, Vec<_>) = ids.iter().partition(|(n, _)| n.ends_with("_coupon"));
+    let first_coupon = coupons
+        .iter()
+        .map(|(_, v)| v.as_i64().unwrap())
+        .min()
+        .unwrap();
+    assert!(
+        others
+            .iter()
+            .all(|(_, v)| v.as_i64().unwrap() < first_coupon),
+        "{ids:?}"
+    );
+    // The topic's table: the messages that are not CDC, and the offsets at the ends.
+    let topic_table =
+        common::iceberg::pyiceberg_read(&props, &format!("kafka.{}", topic.replace('-', "_")));
+    assert_eq!(
+        topic_table["rows"].as_array().unwrap().len(),
+        data.malformed
+    );
+    let at: BTreeMap<String, i64> =
+        serde_json::from_str(topic_table["current"].as_str().unwrap()).unwrap();
+    let consumed = consume_all(&topic);
+    for p in 0..3 {
+        let end = consumed.iter().filter(|c| c.partition == Some(p)).count() as i64;
+        assert_eq!(at[&p.to_string()], end, "partition {p}");
+    }
+    assert_eq!(dump_once(&toml).await[0].records, 0, "nothing new");
+}
+
 /// A REST catalog (Apache Iceberg's own REST server, from Maven Central's jars, over a SQLite
 /// file): strata creates the table and commits through it, resumes at its offsets, and
 /// PyIceberg reads the table through the same server.

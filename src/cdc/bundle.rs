@@ -34,6 +34,16 @@ pub struct Counts {
     pub verbatim: u64,
 }
 
+impl std::ops::AddAssign for Counts {
+    fn add_assign(&mut self, c: Self) {
+        self.messages += c.messages;
+        self.changes += c.changes;
+        self.repeats += c.repeats;
+        self.malformed += c.malformed;
+        self.verbatim += c.verbatim;
+    }
+}
+
 /// What became of a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pushed {
@@ -43,6 +53,9 @@ pub enum Pushed {
     /// It adds a column to a table whose file's columns are fixed: nothing of it was taken;
     /// the bundle ends before it and the next one starts with it.
     Widens,
+    /// It is not CDC and the bundle keeps no sides ([`Bundle::for_tables`]): counted, and
+    /// left to the caller to store.
+    NotCdc,
 }
 
 /// A message that stops the task (`on_malformed = "fail"`).
@@ -64,6 +77,10 @@ pub struct Bundle {
     /// Memory the bundle holds, roughly (rows and their text, side encoders).
     pub bytes: usize,
     pub counts: Counts,
+    /// Whether messages are also kept whole (`_repeats/`, `_errors/`, `_verbatim/`).
+    keeps: bool,
+    /// Per table level, the offset below which its changes are in its table already.
+    floors: BTreeMap<String, i64>,
 }
 
 /// Per table directory level, the room its builders needed ([`Room`]).
@@ -105,6 +122,19 @@ impl Bundle {
             sides: BTreeMap::new(),
             bytes: 0,
             counts: Counts::default(),
+            keeps: true,
+            floors: BTreeMap::new(),
+        }
+    }
+
+    /// A bundle whose files are tables only, in microseconds (an Iceberg task's): no message
+    /// is kept whole, a malformed one comes back as [`Pushed::NotCdc`], and a change of a
+    /// table below its `floors` offset is left out (its table has it).
+    pub fn for_tables(first_offset: i64, rooms: Rooms, floors: BTreeMap<String, i64>) -> Self {
+        Self {
+            keeps: false,
+            floors,
+            ..Self::new(first_offset, rooms)
         }
     }
 
@@ -152,6 +182,9 @@ impl Bundle {
                 }
                 self.taken(r);
                 self.counts.malformed += 1;
+                if !self.keeps {
+                    return Ok(Pushed::NotCdc);
+                }
                 self.keep(ERRORS, topic, r, compression)?;
                 return Ok(Pushed::Done);
             }
@@ -182,6 +215,9 @@ impl Bundle {
                 repeated += 1;
                 continue;
             }
+            if self.floors.get(&level).is_some_and(|f| r.offset < *f) {
+                continue;
+            }
             let types = opts.types.get(&level);
             if let Some(types) = types {
                 plain &= [&c.new_values, &c.old_values]
@@ -199,12 +235,13 @@ impl Bundle {
                 std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
                 std::collections::btree_map::Entry::Vacant(e) => {
                     let room = self.rooms.remove(e.key()).unwrap_or_default();
-                    e.insert(TableBuilder::new(
+                    let t = TableBuilder::new(
                         types.cloned().unwrap_or_default(),
                         opts.time_zone,
                         compression,
                         room,
-                    ))
+                    );
+                    e.insert(if self.keeps { t } else { t.in_micros() })
                 }
             };
             t.append(&position, &c)?;
@@ -212,8 +249,10 @@ impl Bundle {
         }
         if repeated > 0 {
             self.counts.repeats += repeated;
-            self.keep(REPEATS, topic, r, compression)?;
-        } else if !plain {
+            if self.keeps {
+                self.keep(REPEATS, topic, r, compression)?;
+            }
+        } else if !plain && self.keeps {
             self.counts.verbatim += 1;
             self.keep(VERBATIM, topic, r, compression)?;
         }
@@ -264,6 +303,30 @@ impl Bundle {
         files.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(Files {
             files,
+            counts: self.counts,
+            rooms,
+        })
+    }
+}
+
+/// A bundle's tables, finished: per table level, its file.
+pub struct TableFiles {
+    pub tables: Vec<(String, super::table::Finished)>,
+    pub counts: Counts,
+    pub rooms: Rooms,
+}
+
+impl Bundle {
+    /// Encodes the bundle's table files (a [`Self::for_tables`] bundle's).
+    pub fn finish_tables(self) -> Result<TableFiles, EncodeError> {
+        let (mut tables, mut rooms) = (Vec::new(), Rooms::new());
+        for (level, t) in self.tables {
+            let (f, room) = t.finish_table()?;
+            rooms.insert(level.clone(), room);
+            tables.push((level, f));
+        }
+        Ok(TableFiles {
+            tables,
             counts: self.counts,
             rooms,
         })
@@ -340,6 +403,65 @@ mod tests {
             value: Some(value.as_bytes()),
             headers: &[],
         }
+    }
+
+    /// An Iceberg task's bundle: tables only, in microseconds; a message that is not CDC comes
+    /// back to the caller; a table's changes below its floor are left out (its table has them)
+    /// while their ids still fill the repeat window.
+    #[test]
+    fn a_tables_only_bundle_keeps_no_sides_and_leaves_out_what_a_table_has() {
+        let o = opts(OnMalformed::Keep);
+        let mut w = RepeatWindow::new(100);
+        let floors = BTreeMap::from([("shop.orders".to_string(), 41)]);
+        let mut b = Bundle::for_tables(40, Rooms::new(), floors);
+        let msg = |g: &str, h: &str| {
+            format!(
+                r#"[{{"DATABASE":"shop","GLOBAL_ID":"{g}","NEW_VALUES":{{"amount":"1.5"}},"TABLE":"orders","TYPE":"I"}},{{"DATABASE":"shop","GLOBAL_ID":"{h}","NEW_VALUES":{{"id":"1"}},"TABLE":"users","TYPE":"I"}}]"#
+            )
+        };
+        let (m40, m41) = (msg("g1", "g2"), msg("g3", "g4"));
+        for (off, m) in [(40, m40.as_str()), (41, m41.as_str())] {
+            let p = b.push("cdc", &view(off, m), &mut w, &o, Compression::Snappy);
+            assert_eq!(p.unwrap(), Pushed::Done);
+        }
+        let p = b.push(
+            "cdc",
+            &view(42, "not json"),
+            &mut w,
+            &o,
+            Compression::Snappy,
+        );
+        assert_eq!(p.unwrap(), Pushed::NotCdc);
+        // g1 was below the floor, and is still a repeat.
+        let p = b.push(
+            "cdc",
+            &view(43, &msg("g1", "g5")),
+            &mut w,
+            &o,
+            Compression::Snappy,
+        );
+        assert_eq!(p.unwrap(), Pushed::Done);
+        assert_eq!(
+            b.counts,
+            Counts {
+                messages: 4,
+                changes: 4,
+                repeats: 1,
+                malformed: 1,
+                verbatim: 0
+            }
+        );
+        let f = b.finish_tables().unwrap();
+        let rows: Vec<(&str, u64)> = f.tables.iter().map(|(l, t)| (l.as_str(), t.rows)).collect();
+        assert_eq!(rows, [("shop.orders", 1), ("shop.users", 3)]);
+        let time = f.tables[0].1.schema.field_with_name("time").unwrap();
+        assert_eq!(
+            time.data_type(),
+            &arrow_schema::DataType::Timestamp(
+                arrow_schema::TimeUnit::Microsecond,
+                Some("UTC".into())
+            )
+        );
     }
 
     #[test]

@@ -313,6 +313,21 @@ pub struct TableBuilder {
     seen: Room,
     /// Rows flushed so far go here; its schema is fixed from the first flush on.
     writer: Option<parquet::arrow::ArrowWriter<Pieces>>,
+    /// Rows appended in all.
+    total: u64,
+    /// The file's columns, fixed with its first flush.
+    schema: Option<arrow_schema::SchemaRef>,
+    /// The time columns in microseconds (what Iceberg's `timestamptz` is) instead of the
+    /// archive's milliseconds.
+    micros: bool,
+}
+
+/// A finished table file, as an Iceberg task commits it.
+pub struct Finished {
+    pub file: Pieces,
+    /// The file's columns.
+    pub schema: arrow_schema::SchemaRef,
+    pub rows: u64,
 }
 
 /// Rows gather in the builders until this many (or [`FLUSH_BYTES`]), then go to the file's
@@ -384,7 +399,16 @@ impl TableBuilder {
             reserved,
             room,
             seen: Room::default(),
+            total: 0,
+            schema: None,
+            micros: false,
         }
+    }
+
+    /// Writes `kafka_timestamp` and `time` in microseconds (an Iceberg table's data file).
+    pub fn in_micros(mut self) -> Self {
+        self.micros = true;
+        self
     }
 
     /// Whether `c` adds no column once the file's columns are fixed (its first rows were
@@ -473,6 +497,7 @@ impl TableBuilder {
             }
         }
         self.rows += 1;
+        self.total += 1;
         for column in self
             .new
             .columns
@@ -502,7 +527,7 @@ impl TableBuilder {
             Some(w) => w,
             None => self.writer.insert(parquet::arrow::ArrowWriter::try_new(
                 Pieces::default(),
-                batch.schema(),
+                self.schema.insert(batch.schema()).clone(),
                 Some(properties(self.compression, self.tz, &value_kinds(&batch))?),
             )?),
         };
@@ -511,7 +536,12 @@ impl TableBuilder {
     }
 
     /// The finished Parquet file, and the room its builders needed (for the table's next file).
-    pub fn finish(mut self) -> Result<(Pieces, Room), EncodeError> {
+    pub fn finish(self) -> Result<(Pieces, Room), EncodeError> {
+        self.finish_table().map(|(f, room)| (f.file, room))
+    }
+
+    /// [`Self::finish`] with the file's columns and row count.
+    pub fn finish_table(mut self) -> Result<(Finished, Room), EncodeError> {
         if self.rows > 0 || self.writer.is_none() {
             self.flush()?;
         }
@@ -519,28 +549,58 @@ impl TableBuilder {
             Some(w) => w.into_inner()?,
             None => Pieces::default(),
         };
-        Ok((file, self.seen))
+        let schema = self
+            .schema
+            .take()
+            .unwrap_or_else(|| Arc::new(Schema::empty()));
+        Ok((
+            Finished {
+                file,
+                schema,
+                rows: self.total,
+            },
+            self.seen,
+        ))
     }
 
     /// The pending rows as one batch (the builders start over, with room for as many again).
     fn batch(&mut self) -> Result<RecordBatch, ArrowError> {
         let (reserved, seen) = (&mut self.reserved, &mut self.seen);
         *reserved = 0;
+        let micros = self.micros;
+        let time = |b: &mut TimestampMillisecondBuilder| -> ArrayRef {
+            let a = b.finish();
+            if micros {
+                Arc::new(
+                    a.unary::<_, arrow_array::types::TimestampMicrosecondType>(|ms| {
+                        ms.saturating_mul(1000)
+                    })
+                    .with_timezone("UTC"),
+                )
+            } else {
+                Arc::new(a)
+            }
+        };
+        let time_type = if micros {
+            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+        } else {
+            utc_ms()
+        };
         let mut fields = vec![
             Field::new("topic", DataType::Utf8, false),
             Field::new("partition", DataType::Int32, false),
             Field::new("offset", DataType::Int64, false),
-            Field::new("kafka_timestamp", utc_ms(), true),
+            Field::new("kafka_timestamp", time_type.clone(), true),
             Field::new("change_index", DataType::Int32, false),
-            Field::new("time", utc_ms(), true),
+            Field::new("time", time_type, true),
         ];
         let mut cols: Vec<ArrayRef> = vec![
             Arc::new(renew_noting("topic", &mut self.topic, reserved, seen)),
             Arc::new(self.partition.finish()),
             Arc::new(self.offset.finish()),
-            Arc::new(self.kafka_timestamp.finish()),
+            time(&mut self.kafka_timestamp),
             Arc::new(self.change_index.finish()),
-            Arc::new(self.time.finish()),
+            time(&mut self.time),
         ];
         // time_raw, global_id, database, schema, table, type; logical_clock sits before its raw text.
         for (i, (name, b)) in TEXTS.iter().zip(self.texts.iter_mut()).enumerate() {

@@ -699,11 +699,7 @@ fn count_stored(
         s.records += end.records;
         s.bytes += end.bytes;
         if let Some(c) = end.cdc {
-            s.cdc.changes += c.changes;
-            s.cdc.repeats += c.repeats;
-            s.cdc.malformed += c.malformed;
-            s.cdc.verbatim += c.verbatim;
-            s.cdc.messages += c.messages;
+            s.cdc += c;
         }
     }
     flags.stored.fetch_add(1, Ordering::Relaxed);

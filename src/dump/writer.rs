@@ -427,7 +427,8 @@ impl PartitionWriter {
                     return Err(no_window(task));
                 };
                 match bundle.push(&tp.topic, r, window, cdc, task.format.compression) {
-                    Ok(Pushed::Done) => Ok(()),
+                    // Not from a bundle with sides.
+                    Ok(Pushed::Done | Pushed::NotCdc) => Ok(()),
                     Ok(Pushed::Malformed(m)) => {
                         return Err(super::DumpError::Malformed {
                             task: task.name.to_string(),

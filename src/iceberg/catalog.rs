@@ -2,7 +2,7 @@
 //! finds or creates each topic's table, reads the offsets it holds and commits data files with
 //! their offsets so that a commit lands only where the offsets rule (`offsets::check`) holds.
 
-use super::offsets::{self, Advance, Offsets};
+use super::offsets::{self, Advance, Offsets, TableOf};
 use super::storage::{root_of, StoreStorage, StoreStorageFactory};
 use super::IcebergError;
 use crate::config::{IcebergCatalog, IcebergOptions};
@@ -14,6 +14,7 @@ use iceberg::spec::{
     UnboundPartitionField, UnboundPartitionSpec,
 };
 use iceberg::table::Table;
+use iceberg::transaction::AddColumn;
 use iceberg::transaction::{ApplyTransactionAction, Transaction};
 use iceberg::{
     Catalog, CatalogBuilder, Namespace, NamespaceIdent, TableCommit, TableCreation, TableIdent,
@@ -213,9 +214,16 @@ fn day_partitioning() -> Result<UnboundPartitionSpec, iceberg::Error> {
         .build())
 }
 
+/// The table property naming the CDC source table (`db[.schema].table`) a table holds.
+const CDC_TABLE: &str = "strata.cdc-table";
+
 impl Tables {
     pub fn ident(&self, topic: &str) -> TableIdent {
-        TableIdent::new(self.namespace.clone(), offsets::table_name(topic))
+        self.ident_of(&TableOf::Topic(topic.to_string()))
+    }
+
+    pub fn ident_of(&self, of: &TableOf) -> TableIdent {
+        TableIdent::new(self.namespace.clone(), of.name())
     }
 
     /// The store key of a file of a table.
@@ -228,70 +236,166 @@ impl Tables {
             })
     }
 
-    fn err(&self, topic: &str, e: iceberg::Error) -> IcebergError {
+    fn err(&self, of: &TableOf, e: impl std::fmt::Display) -> IcebergError {
         IcebergError::Table {
-            table: self.ident(topic).to_string(),
+            table: self.ident_of(of).to_string(),
             detail: e.to_string(),
         }
     }
 
-    /// The topic's table, created when missing (by whichever member comes first).
-    pub async fn table(&self, topic: &str) -> Result<Table, IcebergError> {
-        let ident = self.ident(topic);
-        match self.catalog.load_table(&ident).await {
-            Ok(t) => return Ok(t),
-            Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => {}
+    /// The table, when it exists; one that holds something else than `of` is an error.
+    async fn load(&self, of: &TableOf) -> Result<Option<Table>, IcebergError> {
+        let t = match self.catalog.load_table(&self.ident_of(of)).await {
+            Ok(t) => t,
+            Err(e) if e.kind() == iceberg::ErrorKind::TableNotFound => return Ok(None),
             // Some catalogs say "not found" through other kinds: creating tells for sure.
-            Err(_) => {}
+            Err(_) => return Ok(None),
+        };
+        let holds = t.metadata().properties().get(CDC_TABLE);
+        let want = match of {
+            TableOf::Topic(_) => None,
+            TableOf::Cdc { level, .. } => Some(level),
+        };
+        if holds != want {
+            return Err(self.err(
+                of,
+                format!(
+                    "the table holds {}, not {}; give the task another namespace",
+                    holds.map_or_else(
+                        || "a topic's records".to_string(),
+                        |l| format!("the CDC table {l}")
+                    ),
+                    want.map_or_else(
+                        || format!("the records of topic {}", of.topic()),
+                        |l| format!("the CDC table {l}")
+                    ),
+                ),
+            ));
         }
+        Ok(Some(t))
+    }
+
+    /// The table, created when missing (by whichever member comes first): a topic's with the
+    /// record columns, a CDC table's with `columns` (those of its first data file).
+    pub async fn table(
+        &self,
+        of: &TableOf,
+        columns: &[(String, Type)],
+    ) -> Result<Table, IcebergError> {
+        if let Some(t) = self.load(of).await? {
+            return Ok(t);
+        }
+        let ident = self.ident_of(of);
+        let (schema, spec, mut props) = match of {
+            TableOf::Topic(topic) => (
+                record_schema().map_err(|e| self.err(of, e))?,
+                day_partitioning().map_err(|e| self.err(of, e))?,
+                HashMap::from([("strata.topic".to_string(), topic.clone())]),
+            ),
+            TableOf::Cdc { level, .. } => {
+                let schema = super::schema::cdc_schema(columns).map_err(|e| self.err(of, e))?;
+                let mapping = super::schema::name_mapping(
+                    schema
+                        .as_struct()
+                        .fields()
+                        .iter()
+                        .map(|f| (f.id, f.name.as_str())),
+                );
+                (
+                    schema,
+                    UnboundPartitionSpec::builder().with_spec_id(0).build(),
+                    HashMap::from([
+                        (CDC_TABLE.to_string(), level.clone()),
+                        (super::schema::NAME_MAPPING.to_string(), mapping),
+                    ]),
+                )
+            }
+        };
+        props.insert("write.format.default".to_string(), "parquet".to_string());
         let mut creation = TableCreation::builder()
             .name(ident.name().to_string())
-            .schema(record_schema().map_err(|e| self.err(topic, e))?)
-            .partition_spec(day_partitioning().map_err(|e| self.err(topic, e))?)
-            .properties(HashMap::from([
-                ("strata.topic".to_string(), topic.to_string()),
-                ("write.format.default".to_string(), "parquet".to_string()),
-            ]))
+            .schema(schema)
+            .partition_spec(spec)
+            .properties(props)
             .build();
         if let Some(l) = &self.location {
             creation.location = Some(format!("{l}/{}", ident.name()));
         }
         match self.catalog.create_table(&self.namespace, creation).await {
             Ok(t) => {
-                tracing::info!(task = %self.task, table = %ident, location = t.metadata().location(), "created the topic's Iceberg table");
+                tracing::info!(task = %self.task, table = %ident, location = t.metadata().location(), "created an Iceberg table");
                 Ok(t)
             }
             Err(e) if e.kind() == iceberg::ErrorKind::TableAlreadyExists => self
-                .catalog
-                .load_table(&ident)
-                .await
-                .map_err(|e| self.err(topic, e)),
-            Err(e) => Err(self.err(topic, e)),
+                .load(of)
+                .await?
+                .ok_or_else(|| self.err(of, "the table was created and is gone again")),
+            Err(e) => Err(self.err(of, e)),
         }
     }
 
-    /// The offsets the table holds now (its newest strata snapshot's).
+    /// The offsets a topic's table holds now (its newest strata snapshot's).
     pub async fn offsets(&self, topic: &str) -> Result<(Table, Offsets), IcebergError> {
-        let t = self.table(topic).await?;
-        let o = offsets_of(&t).map_err(|detail| IcebergError::Table {
-            table: self.ident(topic).to_string(),
-            detail,
-        })?;
+        self.offsets_of(&TableOf::Topic(topic.to_string()), &[])
+            .await
+    }
+
+    async fn offsets_of(
+        &self,
+        of: &TableOf,
+        columns: &[(String, Type)],
+    ) -> Result<(Table, Offsets), IcebergError> {
+        let t = self.table(of, columns).await?;
+        let o = offsets_of(&t, &of.offsets_key()).map_err(|detail| self.err(of, detail))?;
         Ok((t, o))
     }
 
-    /// Appends `files` with the offsets they cover in one snapshot, on the newest snapshot for
-    /// which the offsets rule holds; the table's new offsets are the answer. Retried while
-    /// other writers' commits land first, and while the catalog fails for up to
-    /// [`TRANSIENT_FOR`]; [`IcebergError::Zombie`] when the rule fails.
-    pub async fn commit(
+    /// Every CDC table of the namespace that `topic` fed, with its offsets of the topic.
+    pub async fn cdc_offsets(
         &self,
         topic: &str,
+    ) -> Result<BTreeMap<String, Offsets>, IcebergError> {
+        let of = TableOf::Topic(topic.to_string());
+        let idents = self
+            .catalog
+            .list_tables(&self.namespace)
+            .await
+            .map_err(|e| self.err(&of, format!("listing the namespace's tables: {e}")))?;
+        let key = TableOf::Cdc {
+            level: String::new(),
+            topic: topic.to_string(),
+        }
+        .offsets_key();
+        let loads = idents.iter().map(|i| self.catalog.load_table(i));
+        let mut out = BTreeMap::new();
+        for t in futures::future::join_all(loads).await {
+            // A table dropped meanwhile holds nothing.
+            let Ok(t) = t else { continue };
+            let Some(level) = t.metadata().properties().get(CDC_TABLE).cloned() else {
+                continue;
+            };
+            let o = offsets_of(&t, &key).map_err(|detail| self.err(&of, detail))?;
+            if !o.is_empty() {
+                out.insert(level, o);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Appends `files` with the offsets they cover in one snapshot, on the newest snapshot for
+    /// which the offsets rule holds; the table's new offsets are the answer. A CDC table's
+    /// schema first gains the `columns` it lacks, in the same commit. Retried while other
+    /// writers' commits land first, and while the catalog fails for up to [`TRANSIENT_FOR`];
+    /// [`IcebergError::Zombie`] when the rule fails.
+    pub async fn commit(
+        &self,
+        of: &TableOf,
         files: Vec<DataFile>,
         advance: &BTreeMap<i32, Advance>,
+        columns: &[(String, Type)],
     ) -> Result<Offsets, IcebergError> {
         let id = uuid::Uuid::new_v4().simple().to_string();
-        self.commit_as(&id, topic, files, advance).await
+        self.commit_as(&id, of, files, advance, columns).await
     }
 
     /// [`Tables::commit`] under the commit id `id`, which its snapshot's summary carries: a
@@ -300,22 +404,20 @@ impl Tables {
     async fn commit_as(
         &self,
         id: &str,
-        topic: &str,
+        of: &TableOf,
         files: Vec<DataFile>,
         advance: &BTreeMap<i32, Advance>,
+        columns: &[(String, Type)],
     ) -> Result<Offsets, IcebergError> {
-        let ident = self.ident(topic);
-        let table_err = |detail: String| IcebergError::Table {
-            table: ident.to_string(),
-            detail,
-        };
+        let ident = self.ident_of(of);
+        let key = of.offsets_key();
         let started = std::time::Instant::now();
         let mut conflicts = 0;
         let mut failures = 0u32;
         let mut last = String::new();
         loop {
             if conflicts >= COMMIT_ATTEMPTS {
-                return Err(table_err(format!("{COMMIT_ATTEMPTS} commits in a row lost to other writers' commits; the last: {last}")));
+                return Err(self.err(of, format!("{COMMIT_ATTEMPTS} commits in a row lost to other writers' commits; the last: {last}")));
             }
             if conflicts + failures > 0 {
                 let backoff = if failures > 0 {
@@ -334,7 +436,7 @@ impl Tables {
                 *failures += 1;
                 Ok(())
             };
-            let (table, current) = match self.offsets(topic).await {
+            let (table, current) = match self.offsets_of(of, columns).await {
                 Ok(x) => x,
                 Err(e) => {
                     transient(e, &mut last, &mut failures)?;
@@ -348,9 +450,40 @@ impl Tables {
                 table: ident.to_string(),
                 conflict: c,
             })?;
-            let mut summary = offsets::summary(&current, advance, &self.task);
+            let mut summary = carried(&table);
+            summary.extend(offsets::summary(of, &current, advance, &self.task));
             summary.insert(offsets::COMMIT.to_string(), id.to_string());
-            let tx = Transaction::new(&table);
+            let mut tx = Transaction::new(&table);
+            let schema = table.metadata().current_schema();
+            let added =
+                super::schema::added_columns(schema, columns).map_err(|e| self.err(of, e))?;
+            if !added.is_empty() {
+                // The ids the schema change assigns: after the table's last, in order (the
+                // commit is pinned to this metadata, so no other change can come between).
+                let mut next = table.metadata().last_column_id();
+                let mut fields: Vec<(i32, &str)> = schema
+                    .as_struct()
+                    .fields()
+                    .iter()
+                    .map(|f| (f.id, f.name.as_str()))
+                    .collect();
+                let mut update = tx.update_schema();
+                for (name, ty) in &added {
+                    next += 1;
+                    fields.push((next, name));
+                    update = update.add_column(AddColumn::optional(name, ty.clone()));
+                }
+                tx = update.apply(tx).map_err(|e| self.err(of, e))?;
+                tx = tx
+                    .update_table_properties()
+                    .set(
+                        super::schema::NAME_MAPPING.to_string(),
+                        super::schema::name_mapping(fields),
+                    )
+                    .apply(tx)
+                    .map_err(|e| self.err(of, e))?;
+                tracing::info!(task = %self.task, table = %ident, columns = ?added.iter().map(|(n, _)| n).collect::<Vec<_>>(), "the table's schema gains columns");
+            }
             let tx = tx
                 .fast_append()
                 // strata's file names are new on every write: no need to read every manifest.
@@ -358,13 +491,13 @@ impl Tables {
                 .add_data_files(files.clone())
                 .set_snapshot_properties(summary)
                 .apply(tx)
-                .map_err(|e| self.err(topic, e))?;
+                .map_err(|e| self.err(of, e))?;
             let pinned = Pinned {
                 inner: self.catalog.clone(),
-                snapshot: table.metadata().current_snapshot_id(),
+                metadata: table.metadata_location().map(str::to_string),
             };
             match tx.commit(&pinned).await {
-                Ok(t) => return offsets_of(&t).map_err(table_err),
+                Ok(t) => return offsets_of(&t, &key).map_err(|e| self.err(of, e)),
                 Err(e) if e.kind() == iceberg::ErrorKind::CatalogCommitConflicts => {
                     // Another writer's commit came first (or an answer was lost and the retry
                     // met this commit's own snapshot: the next look finds it).
@@ -382,13 +515,39 @@ impl Tables {
                             | iceberg::ErrorKind::PreconditionFailed
                     ) =>
                 {
-                    return Err(self.err(topic, e))
+                    return Err(self.err(of, e))
                 }
                 // The catalog or the store failed: the commit may or may not have landed.
-                Err(e) => transient(self.err(topic, e), &mut last, &mut failures)?,
+                Err(e) => transient(self.err(of, e), &mut last, &mut failures)?,
             }
         }
     }
+}
+
+/// The offsets of every writer of a table (`strata.offsets*`) as its newest strata snapshot
+/// has them: a commit carries them forward beside its own.
+fn carried(t: &Table) -> HashMap<String, String> {
+    let m = t.metadata();
+    let mut at = m.current_snapshot();
+    let mut n = 0;
+    while let Some(s) = at {
+        let found: HashMap<String, String> = s
+            .summary()
+            .additional_properties
+            .iter()
+            .filter(|(k, _)| k.starts_with(offsets::OFFSETS))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !found.is_empty() {
+            return found;
+        }
+        n += 1;
+        if n > 100_000 {
+            break;
+        }
+        at = s.parent_snapshot_id().and_then(|p| m.snapshot_by_id(p));
+    }
+    HashMap::new()
 }
 
 /// Whether the commit `id` is among the table's newest snapshots (back to the previous strata
@@ -415,8 +574,9 @@ fn landed(t: &Table, id: &str) -> bool {
     false
 }
 
-/// The offsets of a table's newest snapshot that has any, walking back from the current one.
-pub fn offsets_of(t: &Table) -> Result<Offsets, String> {
+/// The offsets under `key` of a table's newest snapshot that has any, walking back from the
+/// current one.
+pub fn offsets_of(t: &Table, key: &str) -> Result<Offsets, String> {
     let m = t.metadata();
     let mut chain = Vec::new();
     let mut at = m.current_snapshot();
@@ -427,11 +587,11 @@ pub fn offsets_of(t: &Table) -> Result<Offsets, String> {
             break;
         }
     }
-    offsets::newest(chain)
+    offsets::newest(chain, key)
 }
 
 /// The catalog as one commit sees it: a table loaded while the commit is made must still be at
-/// the snapshot whose offsets the commit was checked against. The crate's commit reloads the
+/// the metadata (snapshot, schema) whose offsets and columns the commit was checked against. The crate's commit reloads the
 /// table and re-applies its actions on whatever is newest; this makes that reload fail instead
 /// (as a conflict, so the caller checks the rule again on the newer snapshot). Between this
 /// load and the catalog's own compare-and-swap, the commit's requirement that `main` is still
@@ -439,7 +599,7 @@ pub fn offsets_of(t: &Table) -> Result<Offsets, String> {
 #[derive(Debug)]
 struct Pinned {
     inner: Arc<dyn Catalog>,
-    snapshot: Option<i64>,
+    metadata: Option<String>,
 }
 
 #[async_trait]
@@ -485,13 +645,13 @@ impl Catalog for Pinned {
     }
     async fn load_table(&self, table: &TableIdent) -> iceberg::Result<Table> {
         let t = self.inner.load_table(table).await?;
-        let now = t.metadata().current_snapshot_id();
-        if now != self.snapshot {
+        let now = t.metadata_location();
+        if now != self.metadata.as_deref() {
             return Err(iceberg::Error::new(
                 iceberg::ErrorKind::CatalogCommitConflicts,
                 format!(
-                    "table {table} moved from snapshot {:?} to {now:?} while committing",
-                    self.snapshot
+                    "table {table} moved from {:?} to {now:?} while committing",
+                    self.metadata
                 ),
             ));
         }
@@ -567,13 +727,14 @@ mod tests {
             "{}",
             t.metadata().location()
         );
+        let orders = TableOf::Topic("orders".into());
         let now = a
-            .commit("orders", vec![], &adv(0, None, 0, 10))
+            .commit(&orders, vec![], &adv(0, None, 0, 10), &[])
             .await
             .unwrap();
         assert_eq!(now, Offsets::from([(0, 10)]));
         let now = b
-            .commit("orders", vec![], &adv(1, None, 0, 7))
+            .commit(&orders, vec![], &adv(1, None, 0, 7), &[])
             .await
             .unwrap();
         assert_eq!(now, Offsets::from([(0, 10), (1, 7)]), "carried forward");
@@ -581,13 +742,14 @@ mod tests {
         // crate alone would rebase it and write its stale summary; it must be re-checked and
         // re-made on the newest snapshot instead.
         let (stale, _) = a.offsets("orders").await.unwrap();
-        b.commit("orders", vec![], &adv(1, Some(7), 7, 9))
+        b.commit(&orders, vec![], &adv(1, Some(7), 7, 9), &[])
             .await
             .unwrap();
         let tx = Transaction::new(&stale);
         let tx = tx
             .fast_append()
             .set_snapshot_properties(offsets::summary(
+                &orders,
                 &Offsets::from([(0, 10), (1, 7)]),
                 &adv(0, Some(10), 10, 12),
                 "lake",
@@ -596,12 +758,12 @@ mod tests {
             .unwrap();
         let pinned = Pinned {
             inner: a.catalog.clone(),
-            snapshot: stale.metadata().current_snapshot_id(),
+            metadata: stale.metadata_location().map(str::to_string),
         };
         let e = tx.commit(&pinned).await.unwrap_err();
         assert_eq!(e.kind(), iceberg::ErrorKind::CatalogCommitConflicts, "{e}");
         let now = a
-            .commit("orders", vec![], &adv(0, Some(10), 10, 12))
+            .commit(&orders, vec![], &adv(0, Some(10), 10, 12), &[])
             .await
             .unwrap();
         assert_eq!(now, Offsets::from([(0, 12), (1, 9)]));
@@ -614,7 +776,7 @@ mod tests {
             .metadata()
             .current_snapshot_id();
         let e = b
-            .commit("orders", vec![], &adv(0, Some(10), 10, 15))
+            .commit(&orders, vec![], &adv(0, Some(10), 10, 15), &[])
             .await
             .unwrap_err();
         assert!(
@@ -628,5 +790,89 @@ mod tests {
             "nothing committed"
         );
         assert_eq!(o, Offsets::from([(0, 12), (1, 9)]));
+    }
+
+    /// A CDC table: created with its first file's columns, it gains a later file's new column
+    /// in the commit that adds the file (a new field id, the old ones kept, the name mapping
+    /// following); two topics feeding it keep their offsets apart and each finds its own;
+    /// the topic's table and a CDC table never pass for each other.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn cdc_tables_evolve_their_schema_and_keep_each_topics_offsets() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = member(dir.path()).await;
+        let s = |t: PrimitiveType| Type::Primitive(t);
+        let of = |topic: &str| TableOf::Cdc {
+            level: "shop.orders".into(),
+            topic: topic.into(),
+        };
+        let first = vec![
+            ("offset".to_string(), s(PrimitiveType::Long)),
+            ("new_id".to_string(), s(PrimitiveType::String)),
+        ];
+        a.commit(&of("cdc1"), vec![], &adv(0, None, 0, 5), &first)
+            .await
+            .unwrap();
+        let t = a.load(&of("cdc1")).await.unwrap().unwrap();
+        let ids: Vec<(i32, String)> = t
+            .metadata()
+            .current_schema()
+            .as_struct()
+            .fields()
+            .iter()
+            .map(|f| (f.id, f.name.clone()))
+            .collect();
+        assert_eq!(ids, vec![(1, "offset".into()), (2, "new_id".into())]);
+        let mut wider = first.clone();
+        wider.insert(1, ("new_coupon".to_string(), s(PrimitiveType::String)));
+        let now = a
+            .commit(&of("cdc2"), vec![], &adv(0, None, 3, 9), &wider)
+            .await
+            .unwrap();
+        assert_eq!(now, Offsets::from([(0, 9)]), "cdc2's own offsets");
+        let t = a.load(&of("cdc1")).await.unwrap().unwrap();
+        let m = t.metadata();
+        assert_eq!(m.schemas_iter().count(), 2, "a schema change, no rewrite");
+        let coupon = m.current_schema().field_by_name("new_coupon").unwrap();
+        assert_eq!(coupon.id, 3);
+        assert_eq!(m.current_schema().field_by_name("new_id").unwrap().id, 2);
+        assert_eq!(
+            m.properties()[super::super::schema::NAME_MAPPING],
+            super::super::schema::name_mapping([(1, "offset"), (2, "new_id"), (3, "new_coupon")])
+        );
+        assert_eq!(
+            offsets_of(&t, &of("cdc1").offsets_key()).unwrap(),
+            Offsets::from([(0, 5)]),
+            "carried forward beside cdc2's"
+        );
+        assert_eq!(
+            a.cdc_offsets("cdc1").await.unwrap(),
+            BTreeMap::from([("shop.orders".to_string(), Offsets::from([(0, 5)]))])
+        );
+        // A zombie of cdc1 is refused on the CDC table as on a topic's.
+        let e = a
+            .commit(&of("cdc1"), vec![], &adv(0, None, 0, 7), &first)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, IcebergError::Zombie { .. }), "{e}");
+        // A type that changed is named, with the fix.
+        let e = a
+            .commit(
+                &of("cdc1"),
+                vec![],
+                &adv(0, Some(5), 5, 7),
+                &[("new_id".to_string(), s(PrimitiveType::Long))],
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("\"new_id\" is string in the table"),
+            "{e}"
+        );
+        // A topic named like the CDC table cannot take it over.
+        let e = a.offsets("shop.orders").await.unwrap_err();
+        assert!(
+            e.to_string().contains("holds the CDC table shop.orders"),
+            "{e}"
+        );
     }
 }

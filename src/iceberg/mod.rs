@@ -37,6 +37,11 @@ pub enum IcebergError {
         table: String,
         conflict: offsets::Conflict,
     },
+    #[error("topic {topic}: {at}")]
+    Malformed {
+        topic: String,
+        at: crate::cdc::MalformedAt,
+    },
     #[error("topic {topic}: encoding a data file failed: {detail}")]
     Encode { topic: String, detail: String },
     #[error("storing a data file: {0}")]

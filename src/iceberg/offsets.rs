@@ -18,6 +18,48 @@ pub const COMMIT: &str = "strata.commit";
 /// Next offset per partition.
 pub type Offsets = BTreeMap<i32, i64>;
 
+/// A table an Iceberg task writes, and whose offsets its snapshots carry.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TableOf {
+    /// A topic's table: its records (a CDC task's: the messages that are not CDC) and, under
+    /// [`OFFSETS`], how far the task got in the topic.
+    Topic(String),
+    /// A CDC source table (`level`: `db[.schema].table`), fed by any number of topics: each
+    /// topic's offsets under `strata.offsets.<topic>`.
+    Cdc { level: String, topic: String },
+}
+
+impl TableOf {
+    /// The table's name in the namespace.
+    pub fn name(&self) -> String {
+        match self {
+            Self::Topic(t) => table_name(t),
+            Self::Cdc { level, .. } => table_name(level),
+        }
+    }
+
+    pub fn topic(&self) -> &str {
+        match self {
+            Self::Topic(t) | Self::Cdc { topic: t, .. } => t,
+        }
+    }
+
+    /// The summary property of this writer's offsets.
+    pub fn offsets_key(&self) -> String {
+        match self {
+            Self::Topic(_) => OFFSETS.to_string(),
+            Self::Cdc { topic, .. } => format!("{OFFSETS}.{topic}"),
+        }
+    }
+
+    fn ranges_key(&self) -> String {
+        match self {
+            Self::Topic(_) => RANGES.to_string(),
+            Self::Cdc { topic, .. } => format!("{RANGES}.{topic}"),
+        }
+    }
+}
+
 /// What one commit does to one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Advance {
@@ -31,23 +73,23 @@ pub struct Advance {
     pub next: i64,
 }
 
-/// The offsets one snapshot summary holds: `Ok(None)` when it has none (a snapshot another
-/// program made, e.g. a compaction).
-pub fn parse(summary: &HashMap<String, String>) -> Result<Option<Offsets>, String> {
-    let Some(raw) = summary.get(OFFSETS) else {
+/// The offsets one snapshot summary holds under `key` ([`TableOf::offsets_key`]): `Ok(None)`
+/// when it has none (a snapshot another program made, e.g. a compaction).
+pub fn parse(summary: &HashMap<String, String>, key: &str) -> Result<Option<Offsets>, String> {
+    let Some(raw) = summary.get(key) else {
         return Ok(None);
     };
     let map: BTreeMap<String, i64> = serde_json::from_str(raw).map_err(|e| {
-        format!("the snapshot summary's {OFFSETS} is not a map of partition to offset: {e}")
+        format!("the snapshot summary's {key} is not a map of partition to offset: {e}")
     })?;
     let mut out = Offsets::new();
     for (p, o) in map {
         let p: i32 = p
             .parse()
-            .map_err(|_| format!("the snapshot summary's {OFFSETS} names partition {p:?}"))?;
+            .map_err(|_| format!("the snapshot summary's {key} names partition {p:?}"))?;
         if o < 0 {
             return Err(format!(
-                "the snapshot summary's {OFFSETS} has offset {o} for partition {p}"
+                "the snapshot summary's {key} has offset {o} for partition {p}"
             ));
         }
         out.insert(p, o);
@@ -60,9 +102,10 @@ pub fn parse(summary: &HashMap<String, String>) -> Result<Option<Offsets>, Strin
 /// carry none and are looked through.
 pub fn newest<'a>(
     summaries: impl IntoIterator<Item = &'a HashMap<String, String>>,
+    key: &str,
 ) -> Result<Offsets, String> {
     for s in summaries {
-        if let Some(o) = parse(s)? {
+        if let Some(o) = parse(s, key)? {
             return Ok(o);
         }
     }
@@ -101,9 +144,10 @@ pub fn check(table: &Offsets, commit: &BTreeMap<i32, Advance>) -> Result<(), Con
     Ok(())
 }
 
-/// The summary properties of a commit on a snapshot holding `table`: every partition's next
-/// offset carried forward with this commit's, and this commit's ranges.
+/// The summary properties of a commit to `of` on a snapshot holding `table`: every
+/// partition's next offset carried forward with this commit's, and this commit's ranges.
 pub fn summary(
+    of: &TableOf,
     table: &Offsets,
     commit: &BTreeMap<i32, Advance>,
     task: &str,
@@ -119,11 +163,11 @@ pub fn summary(
     let all: BTreeMap<String, i64> = all.into_iter().map(|(p, o)| (p.to_string(), o)).collect();
     HashMap::from([
         (
-            OFFSETS.to_string(),
+            of.offsets_key(),
             serde_json::to_string(&all).unwrap_or_default(),
         ),
         (
-            RANGES.to_string(),
+            of.ranges_key(),
             serde_json::to_string(&ranges).unwrap_or_default(),
         ),
         (TASK.to_string(), task.to_string()),
@@ -184,6 +228,15 @@ pub fn data_file_path(
     )
 }
 
+/// A CDC table's data file path below the table's location (unpartitioned; unique per write
+/// as [`data_file_path`]'s).
+pub fn cdc_file_path(table_location: &str, partition: i32, first: i64, unique: &str) -> String {
+    format!(
+        "{}/data/{partition:05}-{first:020}-{unique}.parquet",
+        table_location.trim_end_matches('/')
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -196,9 +249,9 @@ mod tests {
     fn a_summary_round_trips_and_carries_every_partition_forward() {
         let table = Offsets::from([(0, 10), (1, 7)]);
         let commit = BTreeMap::from([(1, adv(Some(7), Some(7), 12)), (2, adv(None, Some(0), 5))]);
-        let s = summary(&table, &commit, "lake");
+        let s = summary(&TableOf::Topic("t".into()), &table, &commit, "lake");
         assert_eq!(
-            parse(&s).unwrap().unwrap(),
+            parse(&s, OFFSETS).unwrap().unwrap(),
             Offsets::from([(0, 10), (1, 12), (2, 5)])
         );
         assert_eq!(s[RANGES], r#"{"1":[7,12],"2":[0,5]}"#);
@@ -208,12 +261,16 @@ mod tests {
     #[test]
     fn a_commit_without_records_moves_the_offset_but_adds_no_range() {
         let s = summary(
+            &TableOf::Topic("t".into()),
             &Offsets::new(),
             &BTreeMap::from([(0, adv(Some(4), None, 6))]),
             "t",
         );
         assert_eq!(s[RANGES], "{}");
-        assert_eq!(parse(&s).unwrap().unwrap(), Offsets::from([(0, 6)]));
+        assert_eq!(
+            parse(&s, OFFSETS).unwrap().unwrap(),
+            Offsets::from([(0, 6)])
+        );
     }
 
     #[test]
@@ -246,20 +303,53 @@ mod tests {
     #[test]
     fn offsets_come_from_the_newest_snapshot_that_has_them() {
         let ours = summary(
+            &TableOf::Topic("t".into()),
             &Offsets::new(),
             &BTreeMap::from([(0, adv(None, Some(0), 3))]),
             "t",
         );
         let compaction = HashMap::from([("added-data-files".to_string(), "1".to_string())]);
         assert_eq!(
-            newest([&compaction, &ours]).unwrap(),
+            newest([&compaction, &ours], OFFSETS).unwrap(),
             Offsets::from([(0, 3)])
         );
-        assert_eq!(newest([&compaction]).unwrap(), Offsets::new());
+        assert_eq!(newest([&compaction], OFFSETS).unwrap(), Offsets::new());
         let bad = HashMap::from([(OFFSETS.to_string(), r#"{"x":1}"#.to_string())]);
-        assert!(newest([&bad]).unwrap_err().contains("partition \"x\""));
+        assert!(newest([&bad], OFFSETS)
+            .unwrap_err()
+            .contains("partition \"x\""));
         let negative = HashMap::from([(OFFSETS.to_string(), r#"{"0":-1}"#.to_string())]);
-        assert!(newest([&negative]).is_err());
+        assert!(newest([&negative], OFFSETS).is_err());
+    }
+
+    #[test]
+    fn a_cdc_table_keeps_each_topics_offsets_apart() {
+        let of = TableOf::Cdc {
+            level: "shop.public.orders".into(),
+            topic: "cdc.shop".into(),
+        };
+        assert_eq!(of.name(), "shop_public_orders");
+        assert_eq!(of.offsets_key(), "strata.offsets.cdc.shop");
+        let s = summary(
+            &of,
+            &Offsets::from([(1, 4)]),
+            &BTreeMap::from([(0, adv(None, Some(2), 9))]),
+            "t",
+        );
+        assert_eq!(s["strata.ranges.cdc.shop"], r#"{"0":[2,9]}"#);
+        assert!(
+            !s.contains_key(OFFSETS),
+            "a topic's key is not a CDC table's"
+        );
+        assert_eq!(
+            newest([&s], &of.offsets_key()).unwrap(),
+            Offsets::from([(0, 9), (1, 4)])
+        );
+        let other = TableOf::Cdc {
+            level: "shop.public.orders".into(),
+            topic: "cdc.other".into(),
+        };
+        assert_eq!(newest([&s], &other.offsets_key()).unwrap(), Offsets::new());
     }
 
     #[test]
@@ -286,5 +376,9 @@ mod tests {
             "file:///w/kafka/t/data/timestamp_day=2025-12-06/00003-00000000000000000042-u1.parquet"
         );
         assert!(data_file_path("s3://b/t", None, 0, 0, "u").contains("timestamp_day=null/"));
+        assert_eq!(
+            cdc_file_path("s3://b/t/", 2, 7, "u"),
+            "s3://b/t/data/00002-00000000000000000007-u.parquet"
+        );
     }
 }

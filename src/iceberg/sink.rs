@@ -130,18 +130,23 @@ pub(crate) fn run_task(
             reports: report_tx.clone(),
             done: done.clone(),
             task: name.clone(),
+            cdc: task.cdc.is_some().then(|| task.directory.clone()),
         }
         .run(committer_rx),
     );
     let (writer_tx, writer_rx) = std::sync::mpsc::sync_channel(WRITER_QUEUE);
     let writer = {
         let report = report_tx.clone();
-        let compression = task.format.compression;
-        let max = task.max_file_size.bytes();
+        let setup = pipeline::WriterSetup {
+            schemas,
+            compression: task.format.compression,
+            max_file_size: task.max_file_size.bytes(),
+            cdc: task.cdc.clone(),
+        };
         std::thread::Builder::new()
             .name(format!("dump-{name}-iceberg"))
             .spawn(move || {
-                pipeline::write(writer_rx, to_committer, schemas, compression, max, |e| {
+                pipeline::write(writer_rx, to_committer, setup, |e| {
                     let _ = report.send(Report::Failed(e));
                 })
             })
@@ -206,6 +211,7 @@ pub(crate) fn run_task(
         objects: d.files,
         records: d.records,
         bytes: d.bytes,
+        cdc: d.cdc,
         partitions,
         ..Summary::default()
     })
@@ -261,9 +267,16 @@ impl IcebergSink {
                     tracing::error!(task = %self.task.name, error = %e, "the Iceberg stages failed");
                     self.fatal.get_or_insert(e);
                 }
-                Report::Start { tp, gen, at } => {
+                Report::Start { tp, gen, at, cdc } => {
                     if self.held.get(&tp).is_none_or(|h| h.gen != gen) {
                         continue;
+                    }
+                    if let Some(start) = cdc {
+                        // Before the partition's first records.
+                        self.queue(ToWriter::Start {
+                            tp: tp.clone(),
+                            start,
+                        });
                     }
                     let start = match at {
                         Some(at) => at,

@@ -229,3 +229,94 @@ impl Drop for RestCatalog {
         let _ = self.child.wait();
     }
 }
+
+/// What the current-state query of docs/iceberg.md makes of a CDC task's Iceberg tables
+/// (DuckDB over PyIceberg's scan): per table directory (`dir=namespace.table` arguments), the
+/// final state, the distinct changes and the changes found twice, its schemas and field ids,
+/// and the offsets its snapshots hold per writer.
+pub fn cdc_tables(catalog: &serde_json::Value, tables: &[(&str, String)]) -> serde_json::Value {
+    let python = std::env::var("STRATA_TEST_ICEBERG_PYTHON")
+        .expect("STRATA_TEST_ICEBERG_PYTHON (./dev test sets it: PyIceberg's venv)");
+    let script = r#"
+import sys, json
+from pyiceberg.catalog import load_catalog
+cat = load_catalog("strata", **json.loads(sys.argv[1]))
+out = {}
+for pair in sys.argv[2:]:
+    d, name = pair.split("=", 1)
+    t = cat.load_table(name)
+    con = t.scan().to_duckdb("changes")
+    cols = [r[0] for r in con.sql("DESCRIBE changes").fetchall()]
+    vals = [c for c in cols if c.startswith("new_")]
+    # docs/iceberg.md, "CDC tables": the current state.
+    q = f"""SELECT {', '.join(vals)} FROM (
+              SELECT *, row_number() OVER (PARTITION BY coalesce(new_id, old_id)
+                                           ORDER BY logical_clock DESC) AS rn
+              FROM changes)
+            WHERE rn = 1 AND type <> 'D'"""
+    rows = {}
+    for r in con.sql(q).fetchall():
+        row = {c[4:]: str(v) for c, v in zip(vals, r) if v is not None}
+        rows[row["id"]] = row
+    snaps = sorted(t.snapshots(), key=lambda s: s.sequence_number)
+    out[d] = {
+        "state": rows,
+        "changes": con.sql("SELECT count(DISTINCT global_id) FROM changes").fetchone()[0],
+        "twice": con.sql("SELECT count(*) - count(DISTINCT global_id) FROM changes").fetchone()[0],
+        "schemas": len(t.schemas()),
+        "ids": {f.name: f.field_id for f in t.schema().fields},
+        "offsets": {k: v for k, v in snaps[-1].summary.additional_properties.items()
+                    if k.startswith("strata.offsets")},
+    }
+print(json.dumps(out))
+"#;
+    let args: Vec<String> = tables.iter().map(|(d, n)| format!("{d}={n}")).collect();
+    let out = std::process::Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(catalog.to_string())
+        .args(&args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "PyIceberg and DuckDB failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Rolls a table back (PyIceberg) to its newest snapshot whose `strata.offsets` differ from the
+/// current one's, as if its last commit never landed; returns the offsets it had and has now.
+pub fn roll_back_last_commit(catalog: &serde_json::Value, table: &str) -> (String, String) {
+    let python = std::env::var("STRATA_TEST_ICEBERG_PYTHON")
+        .expect("STRATA_TEST_ICEBERG_PYTHON (./dev test sets it: PyIceberg's venv)");
+    let script = r#"
+import sys, json
+from pyiceberg.catalog import load_catalog
+cat = load_catalog("strata", **json.loads(sys.argv[1]))
+t = cat.load_table(sys.argv[2])
+key = "strata.offsets"
+now = t.current_snapshot().summary.additional_properties.get(key)
+older = [s for s in sorted(t.snapshots(), key=lambda s: s.sequence_number)
+         if s.summary.additional_properties.get(key) not in (None, now)]
+to = older[-1]
+with t.manage_snapshots() as ms:
+    ms.rollback_to_snapshot(to.snapshot_id)
+t = cat.load_table(sys.argv[2])
+print(json.dumps([now, t.current_snapshot().summary.additional_properties.get(key)]))
+"#;
+    let out = std::process::Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(catalog.to_string())
+        .arg(table)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "PyIceberg's rollback failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}

@@ -296,9 +296,6 @@ fn iceberg_options(
     let default = RawIceberg::default();
     let r = raw.iceberg.as_ref().unwrap_or(&default);
     cx.unknown(&key, &r.unknown, ICEBERG_KEYS);
-    if raw.cdc.is_some() {
-        cx.push(format!("{k}.cdc"), "CDC tasks cannot write Iceberg tables yet (docs/iceberg.md); use format = \"parquet\" for CDC tables");
-    }
     for (set, name) in [
         (raw.time_directory.is_some(), "time_directory"),
         (raw.time_zone.is_some(), "time_zone"),
