@@ -8,7 +8,8 @@ topic must exist (bench/run creates it; the default is the 1 GiB data set of `be
 dump`) and the services must be up (`./dev up`).
 
 A variant is NAME=BINARY:FORMAT (text, jsonl, parquet, cdc for CDC tables, iceberg for an
-Iceberg table in the embedded SQL catalog, a new SQLite file and warehouse each run; replicate or
+Iceberg table in the embedded SQL catalog, a new SQLite file and warehouse each run, iceberg-cdc
+for CDC tables as Iceberg tables in such a catalog; replicate or
 replicate-eos for `strata replicate --once` of the topic to the dev peer cluster, exactly once
 off or on, into a new target topic each run), optionally followed by settings, each after a
 colon:
@@ -117,10 +118,15 @@ def strata_config(out_dir, topic, fmt, props, s3_endpoint=None):
             f'[[tasks]]\nname = "ab-{uuid.uuid4().hex[:12]}"\ntopics = ["{topic}"]\n'
             f'start_offset = "earliest"\ndirectory = "{fmt}"\n'
             # "cdc": CDC tables, which are Parquet files ([tasks.cdc] with its defaults).
-            + ('format = "parquet"\n\n[tasks.cdc]\n' if fmt == "cdc" else f'format = "{fmt}"\n')
+            + ('format = "parquet"\n\n[tasks.cdc]\n' if fmt == "cdc" else
+               'format = "iceberg"\n\n[tasks.cdc]\n' if fmt == "iceberg-cdc" else f'format = "{fmt}"\n')
             # "iceberg": the embedded SQL catalog, its SQLite file beside the output (new per run);
-            # the warehouse is the default, <store url>/iceberg.
-            + (f'\n[tasks.iceberg]\ncatalog_file = "{out_dir}/catalog.db"\n' if fmt == "iceberg" else ""))
+            # the warehouse is the default, <store url>/<directory>.
+            + (f'\n[tasks.iceberg]\ncatalog_file = "{out_dir}/catalog.db"\n' if is_iceberg(fmt) else ""))
+
+
+def is_iceberg(fmt):
+    return fmt in ("iceberg", "iceberg-cdc")
 
 
 def commits(stderr):
@@ -215,10 +221,10 @@ def main():
                 else:
                     cfg.write_text(strata_config(out, a.topic, fmt, props, a.s3))
                     cmd = [binary, "dump", "--once", "--config", str(cfg)]
-                    if fmt == "iceberg":
+                    if is_iceberg(fmt):
                         cmd += ["--log-format", "json"]
                 m = measure(cmd, {**os.environ, **env})
-                if fmt == "iceberg" and not commits(m[5]):
+                if is_iceberg(fmt) and not commits(m[5]):
                     sys.exit(f"ab.py: {name} logged no commit:\n{m[5][-2000:]}")
                 results[name].append(m)
                 if a.s3:
@@ -237,7 +243,7 @@ def main():
               + (f" {med(0) / base:.2f}x |" if base else "") + (f" {med(0) / gib:.2f} |" if gib else "")
               + f" {med(1):.2f} | {med(2):.2f} | {med(3):.2f} | {max(m[4] for m in ms)} |"
               f" {', '.join(f'{m[0]:.2f}' for m in ms)} |")
-    tables = [(v[0], [commits(m[5]) for m in results[v[0]]]) for v in variants if v[2] == "iceberg"]
+    tables = [(v[0], [commits(m[5]) for m in results[v[0]]]) for v in variants if is_iceberg(v[2])]
     if tables:
         print()
         print("| variant | commits per run | files per commit | records per run | commit ms median |"

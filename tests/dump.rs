@@ -1295,6 +1295,18 @@ async fn cdc_topics_become_iceberg_tables_whose_current_state_is_the_sources() {
             .all(|(_, v)| v.as_i64().unwrap() < first_coupon),
         "{ids:?}"
     );
+    // iceberg-core on the same SQLite file: the evolved schema with the same ids, every row.
+    let java = common::iceberg::java_check(
+        &db,
+        &format!("file://{}/lake", root.display()),
+        "kafka.shop_orders",
+    );
+    assert_eq!(java["records"], orders["changes"]);
+    let fields = java["fields"].as_array().unwrap();
+    assert_eq!(fields.len(), ids.len());
+    for f in fields {
+        assert_eq!(ids[f[1].as_str().unwrap()], f[0], "{f}");
+    }
     // The topic's table: the messages that are not CDC, and the offsets at the ends.
     let topic_table =
         common::iceberg::pyiceberg_read(&props, &format!("kafka.{}", topic.replace('-', "_")));
