@@ -377,11 +377,19 @@ pub async fn run_wrapped(
     drop(tx);
     let mut summaries = Vec::new();
     let mut first_error = None;
+    let mut running = cfg.tasks.len();
     while let Some((task, result)) = rx.recv().await {
+        running -= 1;
         match result {
             Ok(s) => summaries.push(s),
             Err(e) => {
-                tracing::error!(%task, error = %e, "task failed; stopping the other tasks");
+                // The first error is the run's, reported once by the caller; a line of its own
+                // only says why the tasks still running stop.
+                if running > 0 && !stop.load(Ordering::Relaxed) {
+                    tracing::error!(%task, error = %e, "task failed; stopping the other tasks");
+                } else if first_error.is_some() {
+                    tracing::error!(%task, error = %e, "task failed");
+                }
                 stop.store(true, Ordering::Relaxed);
                 first_error.get_or_insert(e);
             }

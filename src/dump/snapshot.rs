@@ -400,6 +400,11 @@ impl Snapshots {
             if policy.mode == crate::config::StateMode::Required && !snapshot.missing.is_empty() {
                 return failed(format!("it could not read {}", snapshot.missing.join("; ")));
             }
+            if snapshot.topics.is_empty() && snapshot.groups.is_empty() {
+                // None of the task's topics exists (yet): nothing a recovery could use.
+                tracing::debug!(task = %name, "no topic or group to record: no cluster state snapshot");
+                return Ok(());
+            }
             match crate::state::store(store.as_ref(), &task.directory, &snapshot).await {
                 Ok(key) => {
                     tracing::info!(task = %name, snapshot = %store.location(&key), topics = snapshot.topics.len(), groups = snapshot.groups.len(), "cluster state snapshot written");
