@@ -1325,8 +1325,10 @@ async fn cdc_topics_become_iceberg_tables_whose_current_state_is_the_sources() {
 }
 
 /// A REST catalog (Apache Iceberg's own REST server, from Maven Central's jars, over a SQLite
-/// file): strata creates the table and commits through it, resumes at its offsets, and
-/// PyIceberg reads the table through the same server.
+/// file) that wants a bearer token: without one, or with client credentials it does not know,
+/// the run fails naming the catalog (and no secret); with the OAuth2 client credentials strata
+/// gets the token and creates the table and commits through it, with the token alone it
+/// resumes at the table's offsets, and PyIceberg reads the table through the same server.
 #[tokio::test(flavor = "multi_thread")]
 async fn iceberg_tables_through_a_rest_catalog() {
     let topic = unique("ice-rest");
@@ -1335,28 +1337,49 @@ async fn iceberg_tables_through_a_rest_catalog() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("store");
     std::fs::create_dir_all(&root).unwrap();
+    let token = format!("tok{}", unique("en").replace('-', ""));
     let server = common::iceberg::RestCatalog::start(
         &dir.path().join("rest.db"),
         &format!("file://{}/lake", root.display()),
+        Some((&token, "strata:s3cret-client")),
     );
-    let toml = format!(
-        "{}{}",
-        file_toml(&root),
-        task_toml(
-            &unique("ice-rest-task"),
-            &topic,
-            &format!("format = \"iceberg\"\ndirectory = \"lake\"\n[tasks.iceberg]\ncatalog = \"rest\"\nuri = \"{}\"\n", server.uri)
+    let task = unique("ice-rest-task");
+    let toml = |auth: &str| {
+        format!(
+            "{}{}",
+            file_toml(&root),
+            task_toml(
+                &task,
+                &topic,
+                &format!("format = \"iceberg\"\ndirectory = \"lake\"\n[tasks.iceberg]\ncatalog = \"rest\"\nuri = \"{}\"\n{auth}", server.uri)
+            )
         )
-    );
-    let summary = dump_once(&toml).await;
+    };
+    for auth in ["", "credential = \"strata:wrong-secret-42\"\n"] {
+        let cfg = config(&toml(auth));
+        let e = strata::dump::run(
+            &cfg,
+            strata::dump::DumpOptions {
+                once: true,
+                ..Default::default()
+            },
+            Arc::new(AtomicBool::new(false)),
+        )
+        .await
+        .expect_err("refused without a valid token")
+        .to_string();
+        assert!(e.contains("the rest catalog"), "{e}");
+        assert!(!e.contains("wrong-secret-42"), "a secret in the error: {e}");
+    }
+    let summary = dump_once(&toml("credential = \"strata:s3cret-client\"\n")).await;
     assert_eq!(summary[0].records, 200);
     let table = format!("kafka.{}", topic.replace('-', "_"));
-    let props = serde_json::json!({"type": "rest", "uri": server.uri});
+    let props = serde_json::json!({"type": "rest", "uri": server.uri, "token": token});
     let read = common::iceberg::pyiceberg_read(&props, &table);
     assert_eq!(common::iceberg::check_table(&read, &topic), 200);
     produce(&sample_records(&topic, 20, 2, base_ts() + 400_000)).await;
     assert_eq!(
-        dump_once(&toml).await[0].records,
+        dump_once(&toml(&format!("token = \"{token}\"\n"))).await[0].records,
         20,
         "resumed at the table's offsets"
     );

@@ -190,11 +190,18 @@ pub struct RestCatalog {
 }
 
 impl RestCatalog {
-    pub fn start(db: &std::path::Path, warehouse: &str) -> Self {
+    /// `auth`: the bearer token every request must carry, and the client credentials
+    /// (`id:secret`) the server's token endpoint gives it for.
+    pub fn start(db: &std::path::Path, warehouse: &str, auth: Option<(&str, &str)>) -> Self {
         use std::io::BufRead;
         let cp = std::env::var("STRATA_TEST_ICEBERG_REST_CLASSPATH")
             .expect("STRATA_TEST_ICEBERG_REST_CLASSPATH (./dev test sets it: devenv/iceberg-rest)");
-        let mut child = std::process::Command::new("java")
+        let mut cmd = std::process::Command::new("java");
+        if let Some((token, credential)) = auth {
+            cmd.env("STRATA_REST_TOKEN", token)
+                .env("STRATA_REST_CREDENTIAL", credential);
+        }
+        let mut child = cmd
             .arg("-cp")
             .arg(cp)
             .arg("StrataRestCatalog")

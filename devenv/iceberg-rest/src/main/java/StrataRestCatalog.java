@@ -1,3 +1,9 @@
+import jakarta.servlet.ServletException;
+import jakarta.servlet.http.HttpServlet;
+import jakarta.servlet.http.HttpServletRequest;
+import jakarta.servlet.http.HttpServletResponse;
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
 import java.util.Map;
 import org.apache.iceberg.CatalogUtil;
 import org.apache.iceberg.catalog.Catalog;
@@ -12,6 +18,9 @@ import org.eclipse.jetty.server.ServerConnector;
  * The Iceberg REST catalog strata's tests talk to: Apache Iceberg's REST adapter over its JDBC
  * catalog on a SQLite file, on 127.0.0.1 only (a free port unless one is given).
  * Arguments: the SQLite file, the warehouse URL, optionally the port. Prints "LISTENING port".
+ * With STRATA_REST_TOKEN set, every request must carry "Authorization: Bearer <token>", and
+ * the OAuth2 token endpoint (v1/oauth/tokens) gives that token for the client credentials
+ * STRATA_REST_CREDENTIAL ("id:secret") only.
  */
 public final class StrataRestCatalog {
   public static void main(String[] args) throws Exception {
@@ -28,7 +37,12 @@ public final class StrataRestCatalog {
             "jdbc.schema-version", "V1"),
         new org.apache.hadoop.conf.Configuration());
     ServletContextHandler context = new ServletContextHandler(ServletContextHandler.NO_SESSIONS);
-    context.addServlet(new ServletHolder(new RESTCatalogServlet(new RESTCatalogAdapter(backend))), "/*");
+    HttpServlet catalog = new RESTCatalogServlet(new RESTCatalogAdapter(backend));
+    String token = System.getenv("STRATA_REST_TOKEN");
+    if (token != null) {
+      catalog = new Guard(catalog, token, System.getenv("STRATA_REST_CREDENTIAL"));
+    }
+    context.addServlet(new ServletHolder(catalog), "/*");
     Server server = new Server();
     ServerConnector http = new ServerConnector(server);
     http.setHost("127.0.0.1");
@@ -39,5 +53,52 @@ public final class StrataRestCatalog {
     System.out.println("LISTENING " + http.getLocalPort());
     System.out.flush();
     server.join();
+  }
+
+  /** The bearer token check in front of the catalog, and the token endpoint. */
+  static final class Guard extends HttpServlet {
+    private final HttpServlet inner;
+    private final String token;
+    private final String credential;
+
+    Guard(HttpServlet inner, String token, String credential) {
+      this.inner = inner;
+      this.token = token;
+      this.credential = credential;
+    }
+
+    @Override
+    public void init() throws ServletException {
+      inner.init(getServletConfig());
+    }
+
+    @Override
+    protected void service(HttpServletRequest req, HttpServletResponse resp)
+        throws ServletException, IOException {
+      if (req.getRequestURI().endsWith("/v1/oauth/tokens")) {
+        String client = req.getParameter("client_id") + ":" + req.getParameter("client_secret");
+        if (credential != null && credential.equals(client)) {
+          reply(resp, 200, "{\"access_token\":\"" + token + "\",\"token_type\":\"bearer\","
+              + "\"issued_token_type\":\"urn:ietf:params:oauth:token-type:access_token\","
+              + "\"expires_in\":3600}");
+        } else {
+          reply(resp, 401, "{\"error\":\"invalid_client\","
+              + "\"error_description\":\"unknown client credentials\"}");
+        }
+        return;
+      }
+      if (!("Bearer " + token).equals(req.getHeader("Authorization"))) {
+        reply(resp, 401, "{\"error\":{\"message\":\"Not authorized: no valid bearer token\","
+            + "\"type\":\"NotAuthorizedException\",\"code\":401}}");
+        return;
+      }
+      inner.service(req, resp);
+    }
+
+    private static void reply(HttpServletResponse resp, int status, String body) throws IOException {
+      resp.setStatus(status);
+      resp.setContentType("application/json");
+      resp.getOutputStream().write(body.getBytes(StandardCharsets.UTF_8));
+    }
   }
 }
