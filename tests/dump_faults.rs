@@ -1757,6 +1757,65 @@ async fn records_deleted_before_they_were_archived_are_a_reported_gap() {
     }
 }
 
+/// An Iceberg task whose table is behind the partition's earliest retained offset: the run
+/// writes what is there, records the gap beside the tables, says so and exits 4, as a dump.
+#[tokio::test(flavor = "multi_thread")]
+async fn records_deleted_before_an_iceberg_table_had_them_are_a_reported_gap() {
+    let archive = Archive::fs();
+    let dir = tempfile::tempdir().unwrap();
+    let store = archive.store().await;
+    let topic = unique("ice-gap");
+    create_topic(&topic, 1).await;
+    let db = dir.path().join("catalog.db");
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "{}[[tasks]]\nname = \"{}\"\ntopics = [\"{topic}\"]\nformat = \"iceberg\"\ndirectory = \"lake\"\n[tasks.iceberg]\ncatalog_file = \"{}\"\n",
+            archive.toml(None),
+            unique("ice-gap-task"),
+            db.display()
+        ),
+    );
+    let batch = |n: usize| sample_records(&topic, n, 1, chrono::Utc::now().timestamp_millis());
+    produce(&batch(100)).await;
+    run_once(&cfg);
+    produce(&batch(100)).await;
+    delete_records_before(&topic, 150);
+    let (code, text) = run_once_output(&cfg, 60);
+    assert_eq!(code, Some(4), "{text}");
+    assert!(
+        text.contains(&format!("{topic}-0 offsets 100..149")),
+        "{text}"
+    );
+    let gap = format!("lake/.strata/gaps/{topic}/0/{:020}-{:020}.json", 100, 150);
+    let record: serde_json::Value =
+        serde_json::from_slice(&store.get(&gap).await.unwrap()).unwrap();
+    assert_eq!(
+        (record["from"].as_i64(), record["to"].as_i64()),
+        (Some(100), Some(150))
+    );
+    let Archive::Dir(d) = &archive else {
+        unreachable!()
+    };
+    let props = common::iceberg::sql_catalog(
+        &db,
+        &format!("file://{}/archive/lake", d.path().display()),
+        serde_json::json!({}),
+    );
+    let read =
+        common::iceberg::pyiceberg_read(&props, &format!("kafka.{}", topic.replace('-', "_")));
+    let mut offsets: Vec<i64> = read["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["offset"].as_i64().unwrap())
+        .collect();
+    offsets.sort();
+    let mut want: Vec<i64> = (0..100).collect();
+    want.extend(150..200);
+    assert_eq!(offsets, want);
+}
+
 // ------------------------------------------------------------------------------------------
 // `strata archive ls | verify | prune` over what dump archived, damaged on purpose.
 

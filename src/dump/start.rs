@@ -212,8 +212,23 @@ enum StartFailure {
 /// Records offsets retention deleted before they were archived: beside the archive, in the
 /// log, in a counter, and for the run's end.
 async fn record_gap(cx: &UploadContext, tp: &Tp, g: Gap) -> Result<(), StoreError> {
+    store_gap(cx.store.as_ref(), &cx.dir, &cx.task, tp, g).await?;
+    if let Ok(mut gaps) = cx.gaps.lock() {
+        gaps.push((tp.clone(), g));
+    }
+    Ok(())
+}
+
+/// Stores a gap's record under the task's directory, and logs and counts it.
+pub(crate) async fn store_gap(
+    store: &dyn crate::store::ObjectStore,
+    dir: &DumpDir,
+    task: &str,
+    tp: &Tp,
+    g: Gap,
+) -> Result<(), StoreError> {
     let record = GapRecord {
-        task: cx.task.clone(),
+        task: task.to_string(),
         topic: tp.topic.to_string(),
         partition: tp.partition,
         from: g.from,
@@ -221,16 +236,13 @@ async fn record_gap(cx: &UploadContext, tp: &Tp, g: Gap) -> Result<(), StoreErro
         found_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         reason: "deleted by the topic's retention before they were archived".into(),
     };
-    let key = gap_key(&cx.dir, tp, g);
+    let key = gap_key(dir, tp, g);
     // Plain structs serialize to JSON without failing.
     let body = serde_json::to_vec_pretty(&record).unwrap_or_default();
-    cx.store.put(&key, Bytes::from(body)).await?;
-    tracing::warn!(task = %cx.task, topic = %tp.topic, partition = tp.partition, from = g.from, to = g.to - 1, offsets = g.offsets(), record = %cx.store.location(&key), "records were deleted by retention before they were archived: this archive lacks these offsets; archiving goes on from the partition's earliest retained offset");
-    metrics::counter!("strata_dump_retention_gap_records_total", "task" => cx.task.clone(), "topic" => tp.topic.to_string())
+    store.put(&key, Bytes::from(body)).await?;
+    tracing::warn!(task = %task, topic = %tp.topic, partition = tp.partition, from = g.from, to = g.to - 1, offsets = g.offsets(), record = %store.location(&key), "records were deleted by retention before they were archived: this archive lacks these offsets; archiving goes on from the partition's earliest retained offset");
+    metrics::counter!("strata_dump_retention_gap_records_total", "task" => task.to_string(), "topic" => tp.topic.to_string())
         .increment(g.offsets().max(0) as u64);
-    if let Ok(mut gaps) = cx.gaps.lock() {
-        gaps.push((tp.clone(), g));
-    }
     Ok(())
 }
 

@@ -37,6 +37,13 @@ pub enum IcebergError {
         table: String,
         conflict: offsets::Conflict,
     },
+    #[error("table {table} holds partition {partition} up to offset {at}, but the partition ends at {high}: the topic was deleted and created again, or its log was truncated. Check the topic; to archive what it holds now, give the task another namespace")]
+    TableAhead {
+        table: String,
+        partition: i32,
+        at: i64,
+        high: i64,
+    },
     #[error("topic {topic}: {at}")]
     Malformed {
         topic: String,

@@ -8,8 +8,9 @@ use super::catalog::{self, Tables};
 use super::offsets::{self, Offsets};
 use super::pipeline::{self, Committer, Done, Report, Schemas, ToWriter};
 use super::IcebergError;
-use crate::config::{DumpTask, KafkaConfig, StartOffset};
-use crate::dump::{Coverage, DumpError, DumpOptions, PartitionReport, Summary};
+use crate::config::{DumpTask, KafkaConfig};
+use crate::dump::start::{plan, store_gap, Facts, Plan, Refusal};
+use crate::dump::{Coverage, DumpError, DumpOptions, GapReport, PartitionReport, Summary};
 use crate::kafka::source::{self, Admit, Batch, LagOf, Settings, Sink, Source};
 use crate::kafka::Tp;
 use crate::store::ObjectStore;
@@ -65,6 +66,9 @@ struct IcebergSink {
     next_look: Instant,
     looking: Arc<AtomicBool>,
     stopping: bool,
+    store: Arc<dyn ObjectStore>,
+    /// Offsets retention deleted before the tables had them, found by this run.
+    gaps: Vec<GapReport>,
 }
 
 /// Runs one `format = "iceberg"` dump task to its end on the calling (the task's own) thread.
@@ -125,7 +129,7 @@ pub(crate) fn run_task(
     let committer = rt.spawn(
         Committer {
             tables: tables.clone(),
-            store,
+            store: store.clone(),
             schemas: schemas.clone(),
             reports: report_tx.clone(),
             done: done.clone(),
@@ -178,6 +182,8 @@ pub(crate) fn run_task(
         next_look: Instant::now(),
         looking: Arc::new(AtomicBool::new(false)),
         stopping: false,
+        store: store.clone(),
+        gaps: Vec::new(),
     };
     let outcome = src.run(&mut sink, &stop);
     // Shut down: what is read goes to the writer, the writer cuts once more when its queue
@@ -191,6 +197,7 @@ pub(crate) fn run_task(
         !committer.is_finished() && s.fatal.is_none()
     });
     let partitions = sink.coverage();
+    let gaps = std::mem::take(&mut sink.gaps);
     let fatal = sink.fatal.take();
     drop(src);
     let _ = writer.join();
@@ -213,7 +220,7 @@ pub(crate) fn run_task(
         bytes: d.bytes,
         cdc: d.cdc,
         partitions,
-        ..Summary::default()
+        gaps,
     })
 }
 
@@ -243,16 +250,55 @@ impl IcebergSink {
         }
     }
 
-    /// Where a partition the table holds nothing of starts: the task's `start_offset`.
-    fn start_of(&self, src: &Source, tp: &Tp) -> Result<i64, DumpError> {
+    /// Where a partition starts: where its table holds it up to (`at`), else at the task's
+    /// `start_offset`. Records retention deleted before the table had them are a gap, recorded
+    /// and reported as a dump's; a table ahead of the partition's end is refused.
+    fn start_of(&mut self, src: &Source, tp: &Tp, at: Option<i64>) -> Result<i64, DumpError> {
         let (low, high) = src
             .consumer()
             .fetch_watermarks(&tp.topic, tp.partition, Duration::from_secs(10))
             .map_err(|e| self.kafka_failure(src, e))?;
-        Ok(match self.task.start_offset {
-            StartOffset::Earliest => low,
-            StartOffset::Latest => high,
-        })
+        let facts = Facts {
+            committed: None,
+            low,
+            high,
+        };
+        match plan(facts, at, self.task.start_offset) {
+            Err(Refusal::ArchiveAhead { end, high }) => Err(DumpError::Iceberg {
+                task: self.task.name.to_string(),
+                source: IcebergError::TableAhead {
+                    table: self.tables.ident(&tp.topic).to_string(),
+                    partition: tp.partition,
+                    at: end,
+                    high,
+                },
+            }),
+            // Not a table's answer (no group offset is asked).
+            Err(Refusal::CommittedAhead { .. }) | Ok(Plan::AsCommitted) => Ok(at.unwrap_or(low)),
+            Ok(Plan::Seek { at, gap }) => {
+                if let Some(g) = gap {
+                    self.gaps.push(GapReport {
+                        topic: tp.topic.to_string(),
+                        partition: tp.partition,
+                        from: g.from,
+                        to: g.to,
+                    });
+                    let (store, dir, task, tp, fail) = (
+                        self.store.clone(),
+                        self.task.directory.clone(),
+                        self.task.name.to_string(),
+                        tp.clone(),
+                        self.report_tx.clone(),
+                    );
+                    self.rt.spawn(async move {
+                        if let Err(e) = store_gap(store.as_ref(), &dir, &task, &tp, g).await {
+                            let _ = fail.send(Report::Failed(IcebergError::Store(e)));
+                        }
+                    });
+                }
+                Ok(at)
+            }
+        }
     }
 
     fn kafka_failure(&self, src: &Source, e: rdkafka::error::KafkaError) -> DumpError {
@@ -278,10 +324,7 @@ impl IcebergSink {
                             start,
                         });
                     }
-                    let start = match at {
-                        Some(at) => at,
-                        None => self.start_of(src, &tp)?,
-                    };
+                    let start = self.start_of(src, &tp, at)?;
                     tracing::info!(task = %self.task.name, topic = %tp.topic, partition = tp.partition, offset = start, from_table = at.is_some(), "partition starts");
                     if let Some(h) = self.held.get_mut(&tp) {
                         h.started = Some(start);
