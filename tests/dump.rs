@@ -1121,10 +1121,11 @@ async fn iceberg_tables_on_file_and_s3_are_read_back_by_pyiceberg() {
             let w = format!("file://{}/lake", root.display());
             (file_toml(&root), w, serde_json::json!({}))
         };
+        let task = unique("ice-task");
         let toml = format!(
             "{head}{}",
             task_toml(
-                &unique("ice-task"),
+                &task,
                 &topic,
                 &format!("format = \"iceberg\"\ncompression = \"zstd\"\ndirectory = \"lake\"\n[tasks.iceberg]\ncatalog_file = \"{}\"\n", db.display())
             )
@@ -1141,6 +1142,10 @@ async fn iceberg_tables_on_file_and_s3_are_read_back_by_pyiceberg() {
         assert_eq!(common::iceberg::check_table(&read, &topic), 300);
         assert_eq!(read["files"].as_u64(), Some(summary[0].objects));
         if !s3 {
+            // The cluster state a recovery needs, at the run's start and end, as a dump's.
+            let states = dir.path().join(format!("store/lake/.strata/state/{task}"));
+            let n = std::fs::read_dir(&states).map_or(0, |d| d.count());
+            assert_eq!(n, 2, "{}", states.display());
             // A second reader: iceberg-core through Java's JDBC catalog on the same SQLite file
             // (its S3 file IO is not among the test's jars).
             let java = common::iceberg::java_check(&db, &warehouse, &table);

@@ -93,7 +93,15 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
     #[cfg(feature = "iceberg")]
     if s.task.iceberg.is_some() {
         // Its own sink: the table's commits replace the sequencers, the index and the seals.
-        return crate::iceberg::run_task(s.kafka, s.task, s.store, s.rt, s.opts, s.stop);
+        return crate::iceberg::run_task(
+            s.kafka,
+            s.task,
+            s.store,
+            s.rt,
+            s.opts,
+            s.stop,
+            s.snapshots,
+        );
     }
     let task = Arc::new(s.task);
     let name = task.name.to_string();

@@ -9,7 +9,9 @@ use super::offsets::{self, Offsets};
 use super::pipeline::{self, Committer, Done, Report, Schemas, ToWriter};
 use super::IcebergError;
 use crate::config::{DumpTask, KafkaConfig};
+use crate::dump::snapshot::{Policy, Snapshots};
 use crate::dump::start::{plan, store_gap, Facts, Plan, Refusal};
+use crate::state::Occasion;
 use crate::dump::{Coverage, DumpError, DumpOptions, GapReport, PartitionReport, Summary};
 use crate::kafka::source::{self, Admit, Batch, LagOf, Settings, Sink, Source};
 use crate::kafka::Tp;
@@ -69,6 +71,7 @@ struct IcebergSink {
     store: Arc<dyn ObjectStore>,
     /// Offsets retention deleted before the tables had them, found by this run.
     gaps: Vec<GapReport>,
+    snapshots: Snapshots,
 }
 
 /// Runs one `format = "iceberg"` dump task to its end on the calling (the task's own) thread.
@@ -79,6 +82,7 @@ pub(crate) fn run_task(
     rt: tokio::runtime::Handle,
     opts: DumpOptions,
     stop: Arc<AtomicBool>,
+    snapshots: Policy,
 ) -> Result<Summary, DumpError> {
     let task = Arc::new(task);
     let name = task.name.to_string();
@@ -105,6 +109,9 @@ pub(crate) fn run_task(
         ))
         .map_err(&fail)?,
     );
+    // The cluster state a recovery needs, as a dump task records it (docs/restore.md).
+    let snapshots = Snapshots::new(kafka.clone(), task.clone(), store.clone(), rt.clone(), snapshots);
+    snapshots.take_now(Occasion::Start)?;
     let mut src = Source::new(
         kafka,
         &Settings {
@@ -184,6 +191,7 @@ pub(crate) fn run_task(
         stopping: false,
         store: store.clone(),
         gaps: Vec::new(),
+        snapshots,
     };
     let outcome = src.run(&mut sink, &stop);
     // Shut down: what is read goes to the writer, the writer cuts once more when its queue
@@ -210,6 +218,9 @@ pub(crate) fn run_task(
             task: name,
             partitions: 1,
         });
+    }
+    if sink.opts.once {
+        sink.snapshots.take_now(Occasion::End)?;
     }
     let d = done.lock().map(|d| d.clone()).unwrap_or_default();
     tracing::info!(task = %name, files = d.files, commits = d.commits, records = d.records, "task finished: everything read is in its tables");
@@ -604,6 +615,9 @@ impl Sink for IcebergSink {
     }
 
     fn tick(&mut self, _src: &mut Source) -> Result<(), DumpError> {
+        if !self.opts.once {
+            self.snapshots.tick();
+        }
         let now = Instant::now();
         if now >= self.next_cut && !self.stopping {
             self.next_cut = now + self.task.interval;
