@@ -11,10 +11,10 @@ use super::IcebergError;
 use crate::config::{DumpTask, KafkaConfig};
 use crate::dump::snapshot::{Policy, Snapshots};
 use crate::dump::start::{plan, store_gap, Facts, Plan, Refusal};
-use crate::state::Occasion;
 use crate::dump::{Coverage, DumpError, DumpOptions, GapReport, PartitionReport, Summary};
 use crate::kafka::source::{self, Admit, Batch, LagOf, Settings, Sink, Source};
 use crate::kafka::Tp;
+use crate::state::Occasion;
 use crate::store::ObjectStore;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::{Offset, TopicPartitionList};
@@ -110,7 +110,13 @@ pub(crate) fn run_task(
         .map_err(&fail)?,
     );
     // The cluster state a recovery needs, as a dump task records it (docs/restore.md).
-    let snapshots = Snapshots::new(kafka.clone(), task.clone(), store.clone(), rt.clone(), snapshots);
+    let snapshots = Snapshots::new(
+        kafka.clone(),
+        task.clone(),
+        store.clone(),
+        rt.clone(),
+        snapshots,
+    );
     snapshots.take_now(Occasion::Start)?;
     let mut src = Source::new(
         kafka,

@@ -17,11 +17,33 @@ pub fn sql_catalog(
     p
 }
 
+/// Runs `script` in PyIceberg's venv with the catalog's properties and `args`; its JSON output.
+fn pyiceberg(
+    what: &str,
+    script: &str,
+    catalog: &serde_json::Value,
+    args: &[String],
+) -> serde_json::Value {
+    let python = std::env::var("STRATA_TEST_ICEBERG_PYTHON")
+        .expect("STRATA_TEST_ICEBERG_PYTHON (./dev test sets it: PyIceberg's venv)");
+    let out = std::process::Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(catalog.to_string())
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// What PyIceberg reads from a table of `catalog` (its properties, with `type`): rows and
 /// every snapshot's summary.
 pub fn pyiceberg_read(catalog: &serde_json::Value, table: &str) -> serde_json::Value {
-    let python = std::env::var("STRATA_TEST_ICEBERG_PYTHON")
-        .expect("STRATA_TEST_ICEBERG_PYTHON (./dev test sets it: PyIceberg's venv)");
     let script = r#"
 import sys, json
 import pyarrow as pa
@@ -46,19 +68,7 @@ ids = [[f.field_id, f.name] for f in t.schema().fields]
 print(json.dumps({"rows": rows, "snapshots": snaps, "current": current, "spec": spec, "ids": ids,
                   "files": len(list(t.scan().plan_files()))}))
 "#;
-    let out = std::process::Command::new(python)
-        .arg("-c")
-        .arg(script)
-        .arg(catalog.to_string())
-        .arg(table)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "PyIceberg failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    pyiceberg("PyIceberg", script, catalog, &[table.to_string()])
 }
 
 /// Checks a table PyIceberg read against the topic: every record once and as produced,
@@ -242,8 +252,6 @@ impl Drop for RestCatalog {
 /// final state, the distinct changes and the changes found twice, its schemas and field ids,
 /// and the offsets its snapshots hold per writer.
 pub fn cdc_tables(catalog: &serde_json::Value, tables: &[(&str, String)]) -> serde_json::Value {
-    let python = std::env::var("STRATA_TEST_ICEBERG_PYTHON")
-        .expect("STRATA_TEST_ICEBERG_PYTHON (./dev test sets it: PyIceberg's venv)");
     let script = r#"
 import sys, json
 from pyiceberg.catalog import load_catalog
@@ -278,26 +286,12 @@ for pair in sys.argv[2:]:
 print(json.dumps(out))
 "#;
     let args: Vec<String> = tables.iter().map(|(d, n)| format!("{d}={n}")).collect();
-    let out = std::process::Command::new(python)
-        .arg("-c")
-        .arg(script)
-        .arg(catalog.to_string())
-        .args(&args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "PyIceberg and DuckDB failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    pyiceberg("PyIceberg and DuckDB", script, catalog, &args)
 }
 
 /// Rolls a table back (PyIceberg) to its newest snapshot whose `strata.offsets` differ from the
 /// current one's, as if its last commit never landed; returns the offsets it had and has now.
 pub fn roll_back_last_commit(catalog: &serde_json::Value, table: &str) -> (String, String) {
-    let python = std::env::var("STRATA_TEST_ICEBERG_PYTHON")
-        .expect("STRATA_TEST_ICEBERG_PYTHON (./dev test sets it: PyIceberg's venv)");
     let script = r#"
 import sys, json
 from pyiceberg.catalog import load_catalog
@@ -313,17 +307,11 @@ with t.manage_snapshots() as ms:
 t = cat.load_table(sys.argv[2])
 print(json.dumps([now, t.current_snapshot().summary.additional_properties.get(key)]))
 "#;
-    let out = std::process::Command::new(python)
-        .arg("-c")
-        .arg(script)
-        .arg(catalog.to_string())
-        .arg(table)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "PyIceberg's rollback failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    serde_json::from_value(pyiceberg(
+        "PyIceberg's rollback",
+        script,
+        catalog,
+        &[table.to_string()],
+    ))
+    .unwrap()
 }
