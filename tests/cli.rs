@@ -256,11 +256,14 @@ async fn metrics_endpoint_and_json_logs_of_a_running_dump() {
     let port = free_port();
     let cfg = dir.path().join("c.toml");
     let task = unique("metrics-task");
+    // An Iceberg task beside it: it must be ready too, and its commits counted.
+    let ice = unique("metrics-ice");
     std::fs::write(
         &cfg,
         format!(
-            "{}[telemetry]\nmetrics_listen = \"127.0.0.1:{port}\"\n[[tasks]]\nname = \"{task}\"\ntopics = [\"{topic}\"]\ndump_interval_secs = 1\nformat = \"jsonl\"\n",
-            file_toml(&dir.path().join("archive"))
+            "{}[telemetry]\nmetrics_listen = \"127.0.0.1:{port}\"\n[[tasks]]\nname = \"{task}\"\ntopics = [\"{topic}\"]\ndump_interval_secs = 1\nformat = \"jsonl\"\n[[tasks]]\nname = \"{ice}\"\ntopics = [\"{topic}\"]\ndump_interval_secs = 1\nformat = \"iceberg\"\ndirectory = \"lake\"\n[tasks.iceberg]\ncatalog_file = \"{}\"\n",
+            file_toml(&dir.path().join("archive")),
+            dir.path().join("catalog.db").display()
         ),
     )
     .unwrap();
@@ -273,20 +276,26 @@ async fn metrics_endpoint_and_json_logs_of_a_running_dump() {
         .unwrap();
     let url = format!("http://127.0.0.1:{port}/metrics");
     let written = format!("strata_dump_records_written_total{{task=\"{task}\"}} 50");
+    let committed = format!("strata_iceberg_commits_total{{task=\"{ice}\"}} ");
     let last = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    eventually(60, "the records-written counter reaches 50", || {
-        let (url, written, last) = (url.clone(), written.clone(), last.clone());
-        async move {
-            // The endpoint is plain HTTP/1.1; a raw request keeps the test free of an HTTP client.
-            let got = tokio::task::spawn_blocking(move || http_get(&url))
-                .await
-                .unwrap()
-                .unwrap_or_default();
-            let hit = got.contains(&written);
-            *last.lock().unwrap() = got;
-            hit
-        }
-    })
+    eventually(
+        60,
+        "the records-written counter reaches 50 and a commit",
+        || {
+            let (url, last) = (url.clone(), last.clone());
+            let (written, committed) = (written.clone(), committed.clone());
+            async move {
+                // The endpoint is plain HTTP/1.1; a raw request keeps the test free of an HTTP client.
+                let got = tokio::task::spawn_blocking(move || http_get(&url))
+                    .await
+                    .unwrap()
+                    .unwrap_or_default();
+                let hit = got.contains(&written) && got.contains(&committed);
+                *last.lock().unwrap() = got;
+                hit
+            }
+        },
+    )
     .await;
     let body = last.lock().unwrap().clone();
     for name in [

@@ -21,7 +21,7 @@ mod sink;
 pub(crate) use sink::consumer_error;
 pub mod snapshot;
 pub(crate) mod start;
-mod task;
+pub(crate) mod task;
 mod upload;
 mod writer;
 

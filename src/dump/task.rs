@@ -27,7 +27,7 @@ pub(super) const STOP_GRACE: Duration = Duration::from_secs(60);
 pub(super) const ONCE_STOP_GRACE: Duration = Duration::from_secs(300);
 
 /// Everything a task needs to run.
-pub(super) struct TaskSetup<'a> {
+pub(crate) struct TaskSetup<'a> {
     pub kafka: &'a KafkaConfig,
     pub task: DumpTask,
     pub store: Arc<dyn ObjectStore>,
@@ -93,15 +93,7 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
     #[cfg(feature = "iceberg")]
     if s.task.iceberg.is_some() {
         // Its own sink: the table's commits replace the sequencers, the index and the seals.
-        return crate::iceberg::run_task(
-            s.kafka,
-            s.task,
-            s.store,
-            s.rt,
-            s.opts,
-            s.stop,
-            s.snapshots,
-        );
+        return crate::iceberg::run_task(s);
     }
     let task = Arc::new(s.task);
     let name = task.name.to_string();

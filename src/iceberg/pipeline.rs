@@ -153,6 +153,9 @@ pub(super) struct WriterSetup {
     pub compression: Compression,
     pub max_file_size: u64,
     pub cdc: Option<CdcOptions>,
+    /// The task's share of `limits.buffer_memory` for open files: past it, the largest open
+    /// file (or CDC bundle) closes early.
+    pub open_budget: usize,
 }
 
 /// The writer thread: runs until the sink drops its sender, then cuts once more.
@@ -257,7 +260,44 @@ impl Writer {
         };
         let r = self.records(&tp, &mut p, &batch);
         self.parts.insert(tp, p);
-        r
+        r?;
+        self.keep_in_budget()
+    }
+
+    /// Closes the largest open files and bundles while what is open holds more memory than
+    /// the budget (they are committed at the next cut, as files closed at `max_file_size`).
+    fn keep_in_budget(&mut self) -> Result<(), Gone> {
+        let mut open: Vec<(Holder, usize)> = Vec::new();
+        for (tp, p) in &self.parts {
+            for (day, f) in &p.open {
+                open.push((Holder::File(tp.clone(), *day), f.enc.memory_bytes()));
+            }
+            if let Some(b) = p.cdc.as_ref().and_then(|c| c.bundle.as_ref()) {
+                open.push((Holder::Bundle(tp.clone()), b.memory_bytes()));
+            }
+        }
+        for h in to_close(open, self.setup.open_budget) {
+            match h {
+                Holder::File(tp, day) => {
+                    if let Some(f) = self.parts.get_mut(&tp).and_then(|p| p.open.remove(&day)) {
+                        self.close(&tp, day, f)?;
+                    }
+                }
+                Holder::Bundle(tp) => {
+                    let mut closed = Vec::new();
+                    if let Some(c) = self.parts.get_mut(&tp).and_then(|p| p.cdc.as_mut()) {
+                        close_bundle(&tp, c, &mut closed)?;
+                    }
+                    for file in closed {
+                        self.send(ToCommitter::File {
+                            tp: tp.clone(),
+                            file,
+                        })?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Writes a batch's records: into the topic's table, or (a CDC task's) as changes into
@@ -395,6 +435,28 @@ impl Writer {
             counts,
         })
     }
+}
+
+/// What holds memory in the writer: an open file of a partition and day, or a CDC bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Holder {
+    File(Tp, Option<i32>),
+    Bundle(Tp),
+}
+
+/// What to close so that the rest fits `budget` (pure): the largest first.
+fn to_close<H>(mut open: Vec<(H, usize)>, budget: usize) -> Vec<H> {
+    let mut total: usize = open.iter().map(|(_, b)| b).sum();
+    open.sort_by_key(|h| std::cmp::Reverse(h.1));
+    let mut out = Vec::new();
+    for (h, bytes) in open {
+        if total <= budget {
+            break;
+        }
+        total -= bytes;
+        out.push(h);
+    }
+    out
 }
 
 /// Appends a record to the topic table's open file of its day (opened with `schema`); a file
@@ -888,4 +950,18 @@ impl Committer {
 
 fn store_err(e: crate::store::StoreError) -> IcebergError {
     IcebergError::Store(e)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_largest_open_files_close_until_the_rest_fits() {
+        let open = vec![("a", 10), ("b", 40), ("c", 25), ("d", 5)];
+        assert_eq!(to_close(open.clone(), 100), Vec::<&str>::new());
+        assert_eq!(to_close(open.clone(), 60), vec!["b"]);
+        assert_eq!(to_close(open.clone(), 30), vec!["b", "c"]);
+        assert_eq!(to_close(open, 0), vec!["b", "c", "a", "d"]);
+    }
 }

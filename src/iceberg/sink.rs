@@ -9,8 +9,9 @@ use super::offsets::{self, Offsets};
 use super::pipeline::{self, Committer, Done, Report, Schemas, ToWriter};
 use super::IcebergError;
 use crate::config::{DumpTask, KafkaConfig};
-use crate::dump::snapshot::{Policy, Snapshots};
+use crate::dump::snapshot::Snapshots;
 use crate::dump::start::{plan, store_gap, Facts, Plan, Refusal};
+use crate::dump::task::{shares, TaskSetup};
 use crate::dump::{Coverage, DumpError, DumpOptions, GapReport, PartitionReport, Summary};
 use crate::kafka::source::{self, Admit, Batch, LagOf, Settings, Sink, Source};
 use crate::kafka::Tp;
@@ -72,18 +73,26 @@ struct IcebergSink {
     /// Offsets retention deleted before the tables had them, found by this run.
     gaps: Vec<GapReport>,
     snapshots: Snapshots,
+    /// The task's part of `/readyz`, set running once the source serves the sink.
+    ready: Option<crate::telemetry::readiness::Part>,
 }
 
 /// Runs one `format = "iceberg"` dump task to its end on the calling (the task's own) thread.
-pub(crate) fn run_task(
-    kafka: &KafkaConfig,
-    task: crate::config::DumpTask,
-    store: Arc<dyn ObjectStore>,
-    rt: tokio::runtime::Handle,
-    opts: DumpOptions,
-    stop: Arc<AtomicBool>,
-    snapshots: Policy,
-) -> Result<Summary, DumpError> {
+pub(crate) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
+    let TaskSetup {
+        kafka,
+        task,
+        store,
+        rt,
+        memory,
+        opts,
+        stop,
+        snapshots,
+        ready,
+        ..
+    } = s;
+    // The task's buffer budget, shared out as a dump task's with one writer.
+    let shares = shares(memory, store.part_size(), 1, task.cdc.is_some());
     let task = Arc::new(task);
     let name = task.name.to_string();
     let fail = {
@@ -127,7 +136,7 @@ pub(crate) fn run_task(
             flow: None,
             lag: LagOf::Committed,
             tuning: {
-                let mut t = source::fetch_budget(64 << 20);
+                let mut t = source::fetch_budget(shares.queue);
                 t.push(("max.poll.interval.ms", "600000".into()));
                 t
             },
@@ -159,6 +168,7 @@ pub(crate) fn run_task(
             compression: task.format.compression,
             max_file_size: task.max_file_size.bytes(),
             cdc: task.cdc.clone(),
+            open_budget: shares.open_per_writer,
         };
         std::thread::Builder::new()
             .name(format!("dump-{name}-iceberg"))
@@ -198,6 +208,7 @@ pub(crate) fn run_task(
         store: store.clone(),
         gaps: Vec::new(),
         snapshots,
+        ready: Some(ready),
     };
     let outcome = src.run(&mut sink, &stop);
     // Shut down: what is read goes to the writer, the writer cuts once more when its queue
@@ -585,6 +596,9 @@ impl Sink for IcebergSink {
     }
 
     fn serve(&mut self, src: &mut Source) -> Result<bool, DumpError> {
+        if let Some(part) = self.ready.take() {
+            part.running();
+        }
         self.drain_stash();
         self.take_reports(src)?;
         if let Some(e) = &self.fatal {
