@@ -30,6 +30,7 @@ use crate::config::{Partitioning, RestoreConfig};
 use crate::kafka::{Admin, KafkaError};
 use crate::store::{ErrorKind, ObjectMeta, ObjectStore, StoreError};
 use checkpoint::{Checkpoint, CheckpointError, Settings};
+use futures::{StreamExt as _, TryStreamExt as _};
 use groups::{GroupRow, Position, TargetOffset};
 use plan::{Plan, PlanSkips, Selection, TimeFilter};
 use produce::RestoreProducer;
@@ -792,21 +793,34 @@ async fn commit_groups(
                 offset,
             ));
     }
+    // Each group is committed by a client of its own (a coordinator lookup and a commit): a
+    // few at once, so a recovery of many groups does not wait for them one after another.
     let servers = crate::kafka::servers(&cfg.kafka);
-    for (group, offsets) in per_group {
-        let (k, g) = (cfg.kafka.clone(), group.clone());
-        tokio::task::spawn_blocking(move || groups::commit(&k, &g, &offsets))
-            .await
-            .map_err(|e| RestoreError::Internal(e.to_string()))?
-            .map_err(|detail| RestoreError::GroupCommit {
-                group: group.clone(),
-                servers: servers.clone(),
-                detail,
-            })?;
-        tracing::info!(group = %group, "consumer group positions committed");
-    }
+    let commits = per_group.into_iter().map(|(group, offsets)| {
+        let (k, servers) = (cfg.kafka.clone(), servers.clone());
+        async move {
+            let g = group.clone();
+            tokio::task::spawn_blocking(move || groups::commit(&k, &g, &offsets))
+                .await
+                .map_err(|e| RestoreError::Internal(e.to_string()))?
+                .map_err(|detail| RestoreError::GroupCommit {
+                    group: group.clone(),
+                    servers,
+                    detail,
+                })?;
+            tracing::info!(group = %group, "consumer group positions committed");
+            Ok::<_, RestoreError>(())
+        }
+    });
+    futures::stream::iter(commits)
+        .buffer_unordered(GROUP_COMMITS_AT_ONCE)
+        .try_collect::<Vec<()>>()
+        .await?;
     Ok(rows)
 }
+
+/// Groups committed at once by `--groups`.
+const GROUP_COMMITS_AT_ONCE: usize = 8;
 
 /// Clear errors for an empty archive or a selection that matches nothing.
 fn check_plan(cfg: &RestoreConfig, plan: &Plan, location: &str) -> Result<(), RestoreError> {
