@@ -56,6 +56,9 @@ pub struct S3Store {
     who: Arc<String>,
     objects: Arc<ObjectOptions>,
     headers: Arc<WriteHeaders>,
+    /// Keys whose `CreateMultipartUpload` got no answer: S3 may hold an upload strata never
+    /// learnt the id of. Once the key is stored, its other uploads are aborted.
+    lost_starts: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
 }
 
 /// The headers of [`ObjectOptions`], built once: what `PutObject` and `CreateMultipartUpload`
@@ -266,7 +269,35 @@ impl S3Store {
             who: Arc::new(who),
             objects: Arc::new(s.objects.clone()),
             headers: Arc::new(WriteHeaders::of(&s.objects)),
+            lost_starts: Arc::default(),
         })
+    }
+
+    /// After `key` was stored: aborts the uploads of `key` whose start got no answer (the
+    /// stored one is complete and no longer listed). Best effort: what stays is removed at the
+    /// next start, or by a lifecycle rule for incomplete uploads.
+    async fn abort_lost_starts(&self, key: &str) {
+        let lost = self.lost_starts.lock().is_ok_and(|mut l| l.remove(key));
+        if !lost {
+            return;
+        }
+        let uploads = match self.incomplete(key).await {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::warn!(object = %self.location(key), error = %e, "cannot list the uploads a lost answer may have left; they are removed at the next start, or by a lifecycle rule for incomplete uploads");
+                return;
+            }
+        };
+        for u in uploads.iter().filter(|u| u.key == key) {
+            match self.abort_incomplete(u).await {
+                Ok(()) => {
+                    tracing::info!(object = %self.location(key), "aborted a multipart upload whose start got no answer")
+                }
+                Err(e) => {
+                    tracing::warn!(object = %self.location(key), error = %e, "abort of a multipart upload whose start got no answer failed; it is removed at the next start, or by a lifecycle rule for incomplete uploads")
+                }
+            }
+        }
     }
 
     fn full_key(&self, key: &str) -> Result<String, StoreError> {
@@ -1078,10 +1109,20 @@ impl S3Upload {
             .key(&self.full)
             .metadata(TAG_METADATA, &self.tag)
             .checksum_algorithm(ChecksumAlgorithm::Crc32C);
-        let out = with_write_headers!(req, &self.store.headers)
-            .send()
-            .await
-            .map_err(|e| self.store.err(&self.key, Op::StartMultipart, e))?;
+        let out = match with_write_headers!(req, &self.store.headers).send().await {
+            Ok(out) => out,
+            Err(e) => {
+                // No answer (or a 5xx): the upload may exist on S3 without strata knowing its id.
+                if e.raw_response()
+                    .is_none_or(|r| r.status().is_server_error())
+                {
+                    if let Ok(mut l) = self.store.lost_starts.lock() {
+                        l.insert(self.key.clone());
+                    }
+                }
+                return Err(self.store.err(&self.key, Op::StartMultipart, e));
+            }
+        };
         let id = out.upload_id.ok_or_else(|| {
             StoreError::new(
                 ErrorKind::Service,
@@ -1203,7 +1244,10 @@ impl MultipartUpload for S3Upload {
     async fn finish(mut self: Box<Self>, mode: Finish) -> Result<Finished, StoreError> {
         let r = self.complete(mode).await;
         match r {
-            Ok(_) => self.ended = true,
+            Ok(_) => {
+                self.ended = true;
+                self.store.abort_lost_starts(&self.key).await;
+            }
             Err(_) => self.abort_quietly().await,
         }
         r
@@ -1628,6 +1672,66 @@ mod tests {
         ("x-amz-tagging", "cost%20center=a%2Fb%3Dc%26d&team=data"),
         ("x-amz-acl", "bucket-owner-full-control"),
     ];
+
+    /// A multipart start whose answer never came may have made an upload strata has no id
+    /// for: once the key is stored (by the retry), the key's other uploads are aborted, and
+    /// no other key's.
+    #[tokio::test]
+    async fn an_upload_whose_start_got_no_answer_is_aborted_once_the_key_is_stored() {
+        let mut s = settings(test_keys());
+        s.max_attempts = 1;
+        let creates = Arc::new(AtomicUsize::new(0));
+        let c = creates.clone();
+        let rec = Recorder::new(move |r| {
+            match (r.method.as_str(), r.uri.as_str()) {
+            ("POST", u) if u.contains("uploads") && c.fetch_add(1, Ordering::SeqCst) == 0 => {
+                (0, vec![], String::new())
+            }
+            ("GET", u) if u.contains("uploads") => (
+                200,
+                vec![],
+                "<ListMultipartUploadsResult><Bucket>logs</Bucket><IsTruncated>false</IsTruncated>\
+                 <Upload><Key>p/big</Key><UploadId>U0</UploadId><Initiated>2026-12-07T00:00:00.000Z</Initiated></Upload>\
+                 <Upload><Key>p/big2</Key><UploadId>U9</UploadId><Initiated>2026-12-07T00:00:00.000Z</Initiated></Upload>\
+                 </ListMultipartUploadsResult>"
+                    .into(),
+            ),
+            ("DELETE", _) => (204, vec![], String::new()),
+            _ => s3_answers(r),
+        }
+        });
+        let store = store_recording(&s, &rec).await;
+        let part = || Bytes::from(vec![7u8; (5 << 20) + 1]);
+        let mut up = store.put_multipart("big").await.unwrap();
+        assert!(up.write(part()).await.is_err(), "the start got no answer");
+        assert!(
+            !rec.seen().iter().any(|r| r.method == "GET"),
+            "nothing is looked for before the key is stored"
+        );
+        let mut up = store.put_multipart("big").await.unwrap();
+        up.write(part()).await.unwrap();
+        up.finish(Finish::CreateNew).await.unwrap();
+        let aborts: Vec<String> = rec
+            .seen()
+            .iter()
+            .filter(|r| r.method == "DELETE")
+            .map(|r| r.uri.clone())
+            .collect();
+        assert_eq!(aborts.len(), 1, "{aborts:?}");
+        assert!(
+            aborts[0].contains("p/big?") && aborts[0].contains("uploadId=U0"),
+            "{aborts:?}"
+        );
+        // Done once: another object of the key looks for nothing.
+        let lists = rec.seen().iter().filter(|r| r.method == "GET").count();
+        let mut up = store.put_multipart("big").await.unwrap();
+        up.write(part()).await.unwrap();
+        up.finish(Finish::Replace).await.unwrap();
+        assert_eq!(
+            rec.seen().iter().filter(|r| r.method == "GET").count(),
+            lists
+        );
+    }
 
     #[tokio::test]
     async fn every_object_created_carries_the_store_settings_and_parts_do_not() {
