@@ -766,6 +766,118 @@ async fn iceberg_zombie_member_cannot_commit_over_the_new_owner() {
     );
 }
 
+/// A member joins while the member holding the partitions has a commit in flight (the test's
+/// REST catalog holds commits while a gate file exists): the holder finishes that commit before
+/// it lets the partitions go, so the joiner starts only after it landed, at the table's offsets
+/// after it. Before the fence the joiner started at once from the offsets before the held
+/// commit, and its first commit was refused as a zombie's. Then: no commit refused, every
+/// record in the table once.
+#[tokio::test(flavor = "multi_thread")]
+async fn iceberg_member_joining_during_a_commit_starts_after_it() {
+    let topic = unique("ice-join");
+    create_topic(&topic, 4).await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    std::fs::create_dir_all(&root).unwrap();
+    let gate = dir.path().join("gate");
+    let held = dir.path().join("gate.held");
+    let server = common::iceberg::RestCatalog::gated(
+        &dir.path().join("rest.db"),
+        &format!("file://{}/lake", root.display()),
+        &gate,
+    );
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "{}{FAST_GROUP}[[tasks]]\nname = \"{}\"\ntopics = [\"{topic}\"]\ndump_interval_secs = 1\nformat = \"iceberg\"\ndirectory = \"lake\"\n[tasks.iceberg]\ncatalog = \"rest\"\nuri = \"{}\"\n",
+            file_toml(&root),
+            unique("ice-join-task"),
+            server.uri
+        ),
+    );
+    // Records keep coming, so every cut commits every partition the member holds.
+    let stop = Arc::new(AtomicBool::new(false));
+    let producer = {
+        let (topic, stop) = (topic.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut n = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let batch = sample_records(&topic, 40, 4, chrono::Utc::now().timestamp_millis());
+                produce(&batch).await;
+                n += batch.len();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            n
+        })
+    };
+    let first_log = dir.path().join("first.log");
+    let mut first = spawn_dump(&cfg, &first_log);
+    eventually(90, "the first member committed", || async {
+        count_in(&first_log, "committed to the table") >= 1
+    })
+    .await;
+    std::fs::write(&gate, "").unwrap();
+    eventually(30, "a commit of the first member held", || async {
+        held.exists()
+    })
+    .await;
+    let log = dir.path().join("joiner.log");
+    let mut joiner = spawn_dump(&cfg, &log);
+    // The joiner needs two rebalances to get its partitions (about a second); give it eight.
+    let until = Instant::now() + Duration::from_secs(8);
+    while Instant::now() < until && count_in(&log, "partition starts") == 0 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let started_early = count_in(&log, "partition starts");
+    std::fs::remove_file(&gate).unwrap();
+    assert_eq!(
+        started_early,
+        0,
+        "the joiner started partitions while their old owner's commit was in flight:\n{}",
+        std::fs::read_to_string(&log).unwrap()
+    );
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while count_in(&log, "committed to the table") < 2
+        && count_in(&log, "a commit was refused") == 0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the joiner neither committed twice nor failed in 90 s:\n{}\nthe first member:\n{}",
+            std::fs::read_to_string(&log).unwrap(),
+            std::fs::read_to_string(&first_log).unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let status = sigterm(&mut joiner);
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        !text.contains("a commit was refused"),
+        "the joiner was taken for a zombie:\n{text}"
+    );
+    assert!(
+        status.success(),
+        "the joiner stopped with {status}:\n{text}"
+    );
+    stop.store(true, Ordering::Relaxed);
+    let produced = producer.await.unwrap();
+    let status = sigterm(&mut first);
+    let text = std::fs::read_to_string(&first_log).unwrap();
+    assert!(
+        status.success(),
+        "the first member stopped with {status}:\n{text}"
+    );
+    assert!(!text.contains("a commit was refused"), "{text}");
+    assert!(
+        !text.contains("partitions given up while a commit was still in flight"),
+        "a revoke waited past its bound:\n{text}"
+    );
+    run_once(&cfg);
+    let table = format!("kafka.{}", topic.replace('-', "_"));
+    let props = serde_json::json!({"type": "rest", "uri": server.uri});
+    let read = common::iceberg::pyiceberg_read(&props, &table);
+    assert_eq!(common::iceberg::check_table(&read, &topic), produced);
+}
+
 /// An Iceberg task killed with SIGKILL at three random moments while records keep coming, then
 /// a final `--once`: every offset is in the table exactly once, no two commits overlap, and
 /// the data files no snapshot names (uploads the kills cut off from their commit) are only

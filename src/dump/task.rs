@@ -118,6 +118,7 @@ pub(super) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
             },
             partition_eof: false,
             linger: None,
+            on_revoke: None,
         },
     )?;
     let group = crate::kafka::group_reader(s.kafka, task.name.as_str())?;

@@ -9,6 +9,8 @@ pub mod offsets;
 #[cfg(feature = "iceberg")]
 mod catalog;
 #[cfg(feature = "iceberg")]
+mod fence;
+#[cfg(feature = "iceberg")]
 mod pipeline;
 #[cfg(feature = "iceberg")]
 mod schema;

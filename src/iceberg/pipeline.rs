@@ -5,6 +5,7 @@
 //! so an assignment, its files and its revocation arrive in order.
 
 use super::catalog::Tables;
+use super::fence::Fence;
 use super::offsets::{self, Advance, Offsets, TableOf};
 use super::IcebergError;
 use crate::cdc::bundle::{window_key, window_prefix};
@@ -537,6 +538,8 @@ struct Pending {
 
 /// One partition, as the committer sees it.
 struct CommitterPart {
+    /// The sink's assignment it is held under (a commit checks the member still holds it).
+    gen: u64,
     /// The topic table's offset when this member took the partition, then after each commit.
     base: Option<i64>,
     /// A CDC task's: each CDC table's offset of the partition, likewise.
@@ -560,6 +563,8 @@ pub(super) struct Committer {
     pub task: String,
     /// A CDC task's directory (its repeat windows are stored there).
     pub cdc: Option<DumpDir>,
+    /// The partitions this member still holds; a revoke waits for the commit in flight.
+    pub fence: Arc<Fence>,
 }
 
 impl Committer {
@@ -667,6 +672,7 @@ impl Committer {
                 if let Some(mut old) = parts.insert(
                     tp.clone(),
                     CommitterPart {
+                        gen,
                         base: at,
                         levels,
                         pending: Vec::new(),
@@ -770,6 +776,9 @@ impl Committer {
         windows: BTreeMap<Tp, Vec<u8>>,
         mut counts: BTreeMap<String, Counts>,
     ) -> Result<(), IcebergError> {
+        // In flight before ownership is checked: a revoke waits for this cut, or this cut
+        // leaves out what the revoke took (its files go with the Revoked message).
+        let _in_flight = self.fence.in_flight();
         let mut by_topic: BTreeMap<String, Vec<(Tp, Option<i64>, i64)>> = BTreeMap::new();
         for (tp, (first, next)) in advance {
             by_topic
@@ -781,9 +790,10 @@ impl Committer {
             let list: Vec<(Tp, Option<i64>, i64)> = list
                 .into_iter()
                 .filter(|(tp, _, next)| {
-                    parts
-                        .get(tp)
-                        .is_some_and(|p| p.base != Some(*next) || !p.pending.is_empty())
+                    parts.get(tp).is_some_and(|p| {
+                        (p.base != Some(*next) || !p.pending.is_empty())
+                            && self.fence.owns(tp, p.gen)
+                    })
                 })
                 .collect();
             if list.is_empty() {

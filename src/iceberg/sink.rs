@@ -5,6 +5,7 @@
 //! only a report of them (for lag monitoring).
 
 use super::catalog::{self, Tables};
+use super::fence::Fence;
 use super::offsets::{self, Offsets};
 use super::pipeline::{self, Committer, Done, Report, Schemas, ToWriter};
 use super::IcebergError;
@@ -33,6 +34,9 @@ const COMMITTER_QUEUE: usize = 4;
 const ONCE_LOOK: Duration = Duration::from_secs(1);
 /// What a stop gives the stages to commit what they hold.
 const STOP_GRACE: Duration = Duration::from_secs(120);
+/// How long a revoke waits for the commit in flight (a catalog that fails is retried for two
+/// minutes; the group waits for this member meanwhile).
+const REVOKE_WAIT: Duration = Duration::from_secs(60);
 
 /// One partition this member holds.
 struct Held {
@@ -75,6 +79,8 @@ struct IcebergSink {
     snapshots: Snapshots,
     /// The task's part of `/readyz`, set running once the source serves the sink.
     ready: Option<crate::telemetry::readiness::Part>,
+    /// The partitions held, as the committer checks them.
+    fence: Arc<Fence>,
 }
 
 /// Runs one `format = "iceberg"` dump task to its end on the calling (the task's own) thread.
@@ -127,6 +133,15 @@ pub(crate) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
         snapshots,
     );
     snapshots.take_now(Occasion::Start)?;
+    let fence = Arc::new(Fence::default());
+    let on_revoke: source::RevokeHook = {
+        let (fence, task) = (fence.clone(), name.clone());
+        Arc::new(move |tps: &[(String, i32)]| {
+            if !fence.give_up(tps, REVOKE_WAIT) {
+                tracing::warn!(task = %task, ?tps, "partitions given up while a commit was still in flight after {} s; their next owner may find it landed later and stop with a refused commit (a restart resumes at the table's offsets)", REVOKE_WAIT.as_secs());
+            }
+        })
+    };
     let mut src = Source::new(
         kafka,
         &Settings {
@@ -142,6 +157,7 @@ pub(crate) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
             },
             partition_eof: false,
             linger: None,
+            on_revoke: Some(on_revoke),
         },
     )?;
     let schemas: Schemas = Arc::new(Mutex::new(HashMap::new()));
@@ -157,6 +173,7 @@ pub(crate) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
             done: done.clone(),
             task: name.clone(),
             cdc: task.cdc.is_some().then(|| task.directory.clone()),
+            fence: fence.clone(),
         }
         .run(committer_rx),
     );
@@ -209,6 +226,7 @@ pub(crate) fn run_task(s: TaskSetup<'_>) -> Result<Summary, DumpError> {
         gaps: Vec::new(),
         snapshots,
         ready: Some(ready),
+        fence,
     };
     let outcome = src.run(&mut sink, &stop);
     // Shut down: what is read goes to the writer, the writer cuts once more when its queue
@@ -546,6 +564,7 @@ impl Sink for IcebergSink {
             None => None,
         };
         self.gen += 1;
+        self.fence.own(tp, self.gen);
         self.held.insert(
             tp.clone(),
             Held {

@@ -54,6 +54,7 @@ pub(super) fn pipeline(
         ],
         partition_eof: false,
         linger: Some(BATCH_LINGER),
+        on_revoke: None,
     };
     let mut src = Source::new(&setup.source, &settings).map_err(ReplicateError::Kafka)?;
     let mut sink = ReplicateSink {

@@ -203,14 +203,29 @@ impl RestCatalog {
     /// `auth`: the bearer token every request must carry, and the client credentials
     /// (`id:secret`) the server's token endpoint gives it for.
     pub fn start(db: &std::path::Path, warehouse: &str, auth: Option<(&str, &str)>) -> Self {
+        let env: Vec<(&str, String)> = match auth {
+            Some((token, credential)) => vec![
+                ("STRATA_REST_TOKEN", token.to_string()),
+                ("STRATA_REST_CREDENTIAL", credential.to_string()),
+            ],
+            None => Vec::new(),
+        };
+        Self::spawn(db, warehouse, &env)
+    }
+
+    /// A server that holds table commits while the file `gate` exists (and writes
+    /// `<gate>.held` when it holds one).
+    pub fn gated(db: &std::path::Path, warehouse: &str, gate: &std::path::Path) -> Self {
+        let env = [("STRATA_REST_COMMIT_GATE", gate.display().to_string())];
+        Self::spawn(db, warehouse, &env)
+    }
+
+    fn spawn(db: &std::path::Path, warehouse: &str, env: &[(&str, String)]) -> Self {
         use std::io::BufRead;
         let cp = std::env::var("STRATA_TEST_ICEBERG_REST_CLASSPATH")
             .expect("STRATA_TEST_ICEBERG_REST_CLASSPATH (./dev test sets it: devenv/iceberg-rest)");
         let mut cmd = std::process::Command::new("java");
-        if let Some((token, credential)) = auth {
-            cmd.env("STRATA_REST_TOKEN", token)
-                .env("STRATA_REST_CREDENTIAL", credential);
-        }
+        cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
         let mut child = cmd
             .arg("-cp")
             .arg(cp)

@@ -27,6 +27,11 @@ pub enum LagOf {
     Position,
 }
 
+/// Called in the rebalance callback with the partitions a member gives up, before librdkafka
+/// lets them go: a sink whose writes the group does not fence (an Iceberg table's commits)
+/// finishes what is in flight there, so the next owner starts after it.
+pub type RevokeHook = std::sync::Arc<dyn Fn(&[(String, i32)]) + Send + Sync>;
+
 pub struct SourceContext {
     task: String,
     /// A replication flow's name, labelled on its metrics beside the task.
@@ -37,6 +42,7 @@ pub struct SourceContext {
     changes: Mutex<Vec<AssignmentChange>>,
     /// Set with every change, so the per-poll check needs no lock.
     changed: AtomicBool,
+    on_revoke: Option<RevokeHook>,
 }
 
 impl SourceContext {
@@ -54,7 +60,14 @@ impl SourceContext {
             watch: crate::kafka::Watch::default(),
             changes: Mutex::new(Vec::new()),
             changed: AtomicBool::new(false),
+            on_revoke: None,
         }
+    }
+
+    /// The same, calling `hook` with every revoke.
+    pub fn on_revoke(mut self, hook: Option<RevokeHook>) -> Self {
+        self.on_revoke = hook;
+        self
     }
 
     /// The same, for a replication flow (`<source>-><target>`).
@@ -156,7 +169,13 @@ impl ConsumerContext for SourceContext {
     fn pre_rebalance(&self, _c: &BaseConsumer<Self>, r: &Rebalance<'_>) {
         let change = match r {
             Rebalance::Assign(tpl) => AssignmentChange::Assigned(list(tpl)),
-            Rebalance::Revoke(tpl) => AssignmentChange::Revoked(list(tpl)),
+            Rebalance::Revoke(tpl) => {
+                let revoked = list(tpl);
+                if let Some(hook) = &self.on_revoke {
+                    hook(&revoked);
+                }
+                AssignmentChange::Revoked(revoked)
+            }
             Rebalance::Error(e) => {
                 tracing::warn!(task = %self.task, error = %e, "consumer group rebalance failed; librdkafka retries");
                 return;

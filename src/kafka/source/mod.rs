@@ -8,7 +8,7 @@ pub mod batch;
 pub mod context;
 
 pub use batch::{Batch, BATCH_BYTES};
-pub use context::{AssignmentChange, LagOf, SourceContext};
+pub use context::{AssignmentChange, LagOf, RevokeHook, SourceContext};
 
 use super::{client_config, servers, KafkaError};
 use crate::config::{ClientKind, KafkaConfig};
@@ -103,6 +103,8 @@ pub struct Settings {
     /// Records wait at most this long in a partly filled batch before they are offered
     /// (`None`: until librdkafka's queue runs dry).
     pub linger: Option<Duration>,
+    /// Called in the rebalance callback with the partitions given up ([`RevokeHook`]).
+    pub on_revoke: Option<RevokeHook>,
 }
 
 /// Creates the source's consumer.
@@ -130,7 +132,7 @@ fn consumer(k: &KafkaConfig, s: &Settings) -> Result<BaseConsumer<SourceContext>
     for (key, value) in k.properties_for(ClientKind::Consumer) {
         c.set(key, value);
     }
-    let mut cx = SourceContext::measuring(&s.task, s.lag);
+    let mut cx = SourceContext::measuring(&s.task, s.lag).on_revoke(s.on_revoke.clone());
     if let Some(f) = &s.flow {
         cx = cx.of_flow(f.clone());
     }

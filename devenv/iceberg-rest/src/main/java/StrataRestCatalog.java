@@ -20,7 +20,9 @@ import org.eclipse.jetty.server.ServerConnector;
  * Arguments: the SQLite file, the warehouse URL, optionally the port. Prints "LISTENING port".
  * With STRATA_REST_TOKEN set, every request must carry "Authorization: Bearer <token>", and
  * the OAuth2 token endpoint (v1/oauth/tokens) gives that token for the client credentials
- * STRATA_REST_CREDENTIAL ("id:secret") only.
+ * STRATA_REST_CREDENTIAL ("id:secret") only. While the file STRATA_REST_COMMIT_GATE names
+ * exists, table commits wait (and the file "<gate>.held" says one does): tests of what happens
+ * while a commit is in flight.
  */
 public final class StrataRestCatalog {
   public static void main(String[] args) throws Exception {
@@ -41,6 +43,10 @@ public final class StrataRestCatalog {
     String token = System.getenv("STRATA_REST_TOKEN");
     if (token != null) {
       catalog = new Guard(catalog, token, System.getenv("STRATA_REST_CREDENTIAL"));
+    }
+    String gate = System.getenv("STRATA_REST_COMMIT_GATE");
+    if (gate != null) {
+      catalog = new Gate(catalog, java.nio.file.Path.of(gate));
     }
     context.addServlet(new ServletHolder(catalog), "/*");
     Server server = new Server();
@@ -99,6 +105,44 @@ public final class StrataRestCatalog {
       resp.setStatus(status);
       resp.setContentType("application/json");
       resp.getOutputStream().write(body.getBytes(StandardCharsets.UTF_8));
+    }
+  }
+
+  /** Holds table commits (a POST to a table's own path) while the gate file exists. */
+  static final class Gate extends HttpServlet {
+    private final HttpServlet inner;
+    private final java.nio.file.Path gate;
+    private final java.nio.file.Path held;
+
+    Gate(HttpServlet inner, java.nio.file.Path gate) {
+      this.inner = inner;
+      this.gate = gate;
+      this.held = java.nio.file.Path.of(gate + ".held");
+    }
+
+    @Override
+    public void init() throws ServletException {
+      inner.init(getServletConfig());
+    }
+
+    @Override
+    protected void service(HttpServletRequest req, HttpServletResponse resp)
+        throws ServletException, IOException {
+      if ("POST".equals(req.getMethod())
+          && req.getRequestURI().matches(".*/namespaces/[^/]+/tables/[^/]+")) {
+        while (java.nio.file.Files.exists(gate)) {
+          if (!java.nio.file.Files.exists(held)) {
+            java.nio.file.Files.writeString(held, "held\n");
+          }
+          try {
+            Thread.sleep(20);
+          } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            break;
+          }
+        }
+      }
+      inner.service(req, resp);
     }
   }
 }
