@@ -25,4 +25,5 @@ pub mod size;
 pub mod state;
 pub mod store;
 pub mod telemetry;
+pub mod throttle;
 pub mod tier;

@@ -11,6 +11,7 @@
 //! Used by the tier API (TCP and Unix socket) and the metrics endpoint; each connection gets
 //! its own service from `per_connection`, so a caller can attach per-connection state.
 
+use crate::throttle::Throttle;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -69,52 +70,6 @@ impl Default for Limits {
 
 /// Refusals are logged at most once per this interval per listener and reason, with a count.
 pub const WARN_INTERVAL: Duration = Duration::from_secs(10);
-
-/// Says when to log an event that may come in floods: the first at once, then at most one line
-/// per interval, each with the number of events since the previous line. Pure: callers pass
-/// the time, and call [`Throttle::flush`] now and then so the tail of a flood is reported too.
-#[derive(Debug)]
-pub struct Throttle {
-    interval: Duration,
-    last_line: Option<Instant>,
-    held: u64,
-}
-
-impl Throttle {
-    pub const fn new(interval: Duration) -> Self {
-        Self {
-            interval,
-            last_line: None,
-            held: 0,
-        }
-    }
-
-    /// Counts one event at `now`; `Some(n)` when a line is due, `n` being the events it reports
-    /// (this one and those held back since the last line).
-    pub fn event(&mut self, now: Instant) -> Option<u64> {
-        self.held += 1;
-        self.due(now)
-    }
-
-    /// The events held back, when a line for them is due at `now`.
-    pub fn flush(&mut self, now: Instant) -> Option<u64> {
-        if self.held == 0 {
-            return None;
-        }
-        self.due(now)
-    }
-
-    fn due(&mut self, now: Instant) -> Option<u64> {
-        if self
-            .last_line
-            .is_some_and(|t| now.saturating_duration_since(t) < self.interval)
-        {
-            return None;
-        }
-        self.last_line = Some(now);
-        Some(std::mem::take(&mut self.held))
-    }
-}
 
 /// Why a listener closed or refused a connection (the `reason` label of
 /// `strata_http_rejected_total`).
@@ -571,25 +526,6 @@ mod tests {
     use super::*;
     use axum::http::StatusCode;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    #[test]
-    fn throttled_lines_count_what_they_stand_for() {
-        let t0 = Instant::now();
-        let s = |n: u64| t0 + Duration::from_secs(n);
-        let mut t = Throttle::new(Duration::from_secs(10));
-        assert_eq!(t.flush(s(0)), None, "nothing to report");
-        assert_eq!(t.event(s(0)), Some(1), "the first event is logged at once");
-        assert_eq!(t.event(s(1)), None);
-        assert_eq!(t.event(s(9)), None);
-        assert_eq!(t.flush(s(9)), None, "not before the interval");
-        assert_eq!(t.event(s(10)), Some(3), "the held two and this one");
-        assert_eq!(t.event(s(12)), None);
-        assert_eq!(t.flush(s(20)), Some(1), "the tail of a flood is reported");
-        assert_eq!(t.flush(s(40)), None, "and only once");
-        assert_eq!(t.event(s(41)), Some(1));
-        // A clock that steps back holds lines rather than flooding.
-        assert_eq!(t.event(s(30)), None);
-    }
 
     #[test]
     fn the_oldest_unauthenticated_connection_makes_room() {

@@ -233,9 +233,26 @@ fn unreachable_kafka_fails_clearly() {
         "[kafka]\nbootstrap_servers = \"127.0.0.1:9\"\n[kafka.properties]\n\"socket.connection.setup.timeout.ms\" = 2000\n[store]\nurl = \"file://{}\"\n[[tasks]]\nname = \"nokafka\"\ntopics = [\"t\"]\n",
         dir.path().display()
     );
+    let started = std::time::Instant::now();
     let (out, text) = strata(&["dump", "--once"], &cfg);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("cannot reach Kafka at 127.0.0.1:9"), "{text}");
+    // librdkafka repeats its errors many times a second (every client, every broker state
+    // change): each kind is logged at most once per 10 s, with how many times it came.
+    let mut per_kind: std::collections::HashMap<&str, usize> = Default::default();
+    for line in text.lines().filter(|l| l.contains("kafka client error")) {
+        let kind = line
+            .split("error=")
+            .nth(1)
+            .and_then(|e| e.split(" reason=").next())
+            .unwrap_or(line);
+        *per_kind.entry(kind).or_default() += 1;
+    }
+    let most = 1 + started.elapsed().as_secs() as usize / 10;
+    assert!(
+        per_kind.values().all(|n| *n <= most),
+        "more than {most} lines of one kind: {per_kind:#?}\n{text}"
+    );
 }
 
 /// A free port on loopback for a listener the child process opens.

@@ -83,6 +83,18 @@ impl Watch {
     }
 }
 
+/// The errors librdkafka retries repeat in floods (a broker down is reported by every client,
+/// many times a second): each kind is logged at most once per [`RETRIED_INTERVAL`] across the
+/// process. `Some(n)` when a line is due, standing for `n` occurrences.
+pub(crate) fn retried(error: &rdkafka::error::KafkaError) -> Option<u64> {
+    static SEEN: std::sync::LazyLock<crate::throttle::Throttles> =
+        std::sync::LazyLock::new(|| crate::throttle::Throttles::new(RETRIED_INTERVAL));
+    SEEN.event(&error.to_string())
+}
+
+/// How often one kind of retried Kafka client error is logged at most.
+pub(crate) const RETRIED_INTERVAL: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl rdkafka::client::ClientContext for Watch {
     super::msk_iam::oauth_token_hook!();
 
@@ -90,7 +102,9 @@ impl rdkafka::client::ClientContext for Watch {
         if !self.note(&error, reason)
             && error.rdkafka_error_code() != Some(RDKafkaErrorCode::PartitionEOF)
         {
-            tracing::warn!(error = %error, reason, "kafka client error; librdkafka retries");
+            if let Some(times) = retried(&error) {
+                tracing::warn!(error = %error, reason, times, "kafka client error; librdkafka retries");
+            }
         }
     }
 }

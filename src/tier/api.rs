@@ -21,7 +21,8 @@ use super::protocol::{
 use super::stats;
 use super::upload::{upload_source, BodyReader};
 use super::Tier;
-use crate::listen::{Admission, AdmissionError, Throttle, WARN_INTERVAL};
+use crate::listen::{Admission, AdmissionError, WARN_INTERVAL};
+use crate::throttle::Throttle;
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::http::{header, HeaderValue, Method, StatusCode};

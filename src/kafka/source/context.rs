@@ -114,7 +114,9 @@ impl ClientContext for SourceContext {
             tracing::error!(task = %self.task, error = %error, reason, "kafka refused this client; check its credentials and certificates");
             return;
         }
-        tracing::error!(task = %self.task, error = %error, reason, "kafka client error; librdkafka retries");
+        if let Some(times) = crate::kafka::refusal::retried(&error) {
+            tracing::error!(task = %self.task, error = %error, reason, times, "kafka client error; librdkafka retries");
+        }
     }
 
     fn stats(&self, s: Statistics) {
