@@ -20,13 +20,24 @@ fn start_producer(
     partitions: i32,
     stop: Arc<AtomicBool>,
 ) -> tokio::task::JoinHandle<usize> {
+    produce_until(topic, partitions, (100, Duration::from_millis(30)), stop)
+}
+
+/// Produces `pace.0` records of 300 bytes, then waits `pace.1`, until `stop`; the number
+/// produced is the task's result.
+fn produce_until(
+    topic: &str,
+    partitions: i32,
+    pace: (usize, Duration),
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<usize> {
     let topic = topic.to_string();
     tokio::spawn(async move {
         let mut n = 0usize;
         while !stop.load(Ordering::Relaxed) {
             let mut batch = sample_records(
                 &topic,
-                100,
+                pace.0,
                 partitions,
                 chrono::Utc::now().timestamp_millis(),
             );
@@ -35,7 +46,7 @@ fn start_producer(
             }
             produce(&batch).await;
             n += batch.len();
-            tokio::time::sleep(Duration::from_millis(30)).await;
+            tokio::time::sleep(pace.1).await;
         }
         n
     })
@@ -797,19 +808,7 @@ async fn iceberg_member_joining_during_a_commit_starts_after_it() {
     );
     // Records keep coming, so every cut commits every partition the member holds.
     let stop = Arc::new(AtomicBool::new(false));
-    let producer = {
-        let (topic, stop) = (topic.clone(), stop.clone());
-        tokio::spawn(async move {
-            let mut n = 0usize;
-            while !stop.load(Ordering::Relaxed) {
-                let batch = sample_records(&topic, 40, 4, chrono::Utc::now().timestamp_millis());
-                produce(&batch).await;
-                n += batch.len();
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-            n
-        })
-    };
+    let producer = produce_until(&topic, 4, (40, Duration::from_millis(200)), stop.clone());
     let first_log = dir.path().join("first.log");
     let mut first = spawn_dump(&cfg, &first_log);
     eventually(90, "the first member committed", || async {
