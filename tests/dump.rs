@@ -1199,9 +1199,7 @@ async fn cdc_topics_become_iceberg_tables_whose_current_state_is_the_sources() {
     let topic = unique("ice-cdc");
     create_topic(&topic, 3).await;
     let data = cdc::generate(&topic, 3, 600, base_ts(), 11);
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("store");
-    std::fs::create_dir_all(&root).unwrap();
+    let (dir, root) = common::iceberg::scratch();
     let db = dir.path().join("catalog.db");
     let toml = format!(
         "{}{}",
@@ -1339,9 +1337,7 @@ async fn iceberg_tables_through_a_rest_catalog() {
     let topic = unique("ice-rest");
     create_topic(&topic, 2).await;
     produce(&sample_records(&topic, 200, 2, base_ts())).await;
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("store");
-    std::fs::create_dir_all(&root).unwrap();
+    let (dir, root) = common::iceberg::scratch();
     let token = format!("tok{}", unique("en").replace('-', ""));
     let server = common::iceberg::RestCatalog::start(
         &dir.path().join("rest.db"),

@@ -681,9 +681,7 @@ async fn zombie_member_cannot_replace_what_the_new_owner_stored_on_file() {
 async fn iceberg_zombie_member_cannot_commit_over_the_new_owner() {
     let topic = unique("ice-zombie");
     create_topic(&topic, 1).await;
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("store");
-    std::fs::create_dir_all(&root).unwrap();
+    let (dir, root) = common::iceberg::scratch();
     let db = dir.path().join("catalog.db");
     let task = unique("ice-zombie-task");
     let body = |interval: u64| {
@@ -787,9 +785,7 @@ async fn iceberg_zombie_member_cannot_commit_over_the_new_owner() {
 async fn iceberg_member_joining_during_a_commit_starts_after_it() {
     let topic = unique("ice-join");
     create_topic(&topic, 4).await;
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("store");
-    std::fs::create_dir_all(&root).unwrap();
+    let (dir, root) = common::iceberg::scratch();
     let gate = dir.path().join("gate");
     let held = dir.path().join("gate.held");
     let server = common::iceberg::RestCatalog::gated(
@@ -885,9 +881,7 @@ async fn iceberg_member_joining_during_a_commit_starts_after_it() {
 async fn iceberg_kill_9_at_random_moments_keeps_every_offset_exactly_once() {
     let topic = unique("ice-crash");
     create_topic(&topic, 3).await;
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("store");
-    std::fs::create_dir_all(&root).unwrap();
+    let (dir, root) = common::iceberg::scratch();
     let db = dir.path().join("catalog.db");
     let cfg = write_config(
         dir.path(),

@@ -192,6 +192,15 @@ pub fn java_check(db: &std::path::Path, warehouse: &str, table: &str) -> serde_j
     serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
+/// A scratch directory for an Iceberg test: `store/` inside it is the `file://` store's root,
+/// and catalog files go beside it.
+pub fn scratch() -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    std::fs::create_dir_all(&root).unwrap();
+    (dir, root)
+}
+
 /// Apache Iceberg's REST catalog server (devenv/iceberg-rest, built by `./dev setup`) over a
 /// SQLite file, on a free port of 127.0.0.1; stopped when dropped.
 pub struct RestCatalog {

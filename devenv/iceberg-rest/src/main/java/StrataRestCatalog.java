@@ -61,21 +61,29 @@ public final class StrataRestCatalog {
     server.join();
   }
 
-  /** The bearer token check in front of the catalog, and the token endpoint. */
-  static final class Guard extends HttpServlet {
-    private final HttpServlet inner;
-    private final String token;
-    private final String credential;
+  /** A servlet in front of the catalog's: sees each request first, passes it on. */
+  abstract static class Front extends HttpServlet {
+    protected final HttpServlet inner;
 
-    Guard(HttpServlet inner, String token, String credential) {
+    Front(HttpServlet inner) {
       this.inner = inner;
-      this.token = token;
-      this.credential = credential;
     }
 
     @Override
     public void init() throws ServletException {
       inner.init(getServletConfig());
+    }
+  }
+
+  /** The bearer token check in front of the catalog, and the token endpoint. */
+  static final class Guard extends Front {
+    private final String token;
+    private final String credential;
+
+    Guard(HttpServlet inner, String token, String credential) {
+      super(inner);
+      this.token = token;
+      this.credential = credential;
     }
 
     @Override
@@ -109,20 +117,14 @@ public final class StrataRestCatalog {
   }
 
   /** Holds table commits (a POST to a table's own path) while the gate file exists. */
-  static final class Gate extends HttpServlet {
-    private final HttpServlet inner;
+  static final class Gate extends Front {
     private final java.nio.file.Path gate;
     private final java.nio.file.Path held;
 
     Gate(HttpServlet inner, java.nio.file.Path gate) {
-      this.inner = inner;
+      super(inner);
       this.gate = gate;
       this.held = java.nio.file.Path.of(gate + ".held");
-    }
-
-    @Override
-    public void init() throws ServletException {
-      inner.init(getServletConfig());
     }
 
     @Override
